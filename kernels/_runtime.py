@@ -1,0 +1,37 @@
+"""Where kernels run: the GPU when there is one, else Triton's interpreter on the CPU.
+
+`TRITON_INTERPRET` must be set before `triton` is first imported, so every module of the
+project that imports triton imports this one first.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+if "TRITON_INTERPRET" not in os.environ:
+    if "triton" in sys.modules and not torch.cuda.is_available():
+        raise RuntimeError(
+            "triton was imported before flashcheck could switch on the interpreter; "
+            "import kernels first or set TRITON_INTERPRET=1"
+        )
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"
+
+INTERPRET: bool = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+DEVICE: torch.device = torch.device("cpu" if INTERPRET else "cuda")
+
+import triton  # noqa: E402  (after the switch above, on purpose)
+import triton.language as tl  # noqa: E402
+
+__all__ = ["DEVICE", "INTERPRET", "triton", "tl", "check_device"]
+
+
+def check_device(name: str, t: torch.Tensor) -> None:
+    """Raise a clear error when a tensor is not where the kernels run."""
+    if t.device.type != DEVICE.type:
+        raise ValueError(
+            f"{name} is on {t.device}, but kernels run on {DEVICE.type}"
+            + (" (Triton interpreter: no GPU found)" if INTERPRET else "")
+        )

@@ -1,0 +1,74 @@
+"""One spec object per kernel, one registry; tests and reports parametrize over it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+FAMILIES = ("softmax", "attention")
+ALL_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32)
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """What the suite needs to know about a kernel under test.
+
+    fn: softmax family `fn(x) -> y` (x 2-D, y its softmax over the last dim, same dtype);
+        attention family `fn(q, k, v, *, causal=False, scale=None, kv_lens=None) -> o`.
+    error_bound: the family's bound function, `oracles.bounds`; `depth(n)` feeds it the
+        summation depth this kernel's reduction has for a row of n (None: the worst case).
+    configs: launch configurations (kwargs for `fn`) that must all give identical bits.
+    """
+
+    name: str
+    family: str
+    fn: Callable[..., torch.Tensor]
+    dtypes: tuple[torch.dtype, ...] = ALL_DTYPES
+    max_n: int | None = None
+    min_n: int = 1
+    depth: Callable[[int], int] | None = None
+    configs: tuple[dict[str, Any], ...] = ()
+    max_head_dim: int = 256
+    external: bool = False
+    description: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"family must be one of {FAMILIES}, not {self.family!r}")
+
+    def supports(self, dtype: torch.dtype, n: int | None = None) -> bool:
+        if dtype not in self.dtypes:
+            return False
+        if n is None:
+            return True
+        return n >= self.min_n and (self.max_n is None or n <= self.max_n)
+
+    def summation_depth(self, n: int) -> int:
+        """Depth of the sum's rounding chain for a row of n (n, recursive summation, if unknown)."""
+        return n if self.depth is None else self.depth(n)
+
+    def __repr__(self) -> str:  # short ids in pytest output
+        return f"KernelSpec({self.name})"
+
+
+REGISTRY: list[KernelSpec] = []
+
+
+def register(spec: KernelSpec) -> KernelSpec:
+    if any(s.name == spec.name for s in REGISTRY):
+        raise ValueError(f"a kernel named {spec.name!r} is already registered")
+    REGISTRY.append(spec)
+    return spec
+
+
+def kernels(family: str | None = None) -> list[KernelSpec]:
+    return [s for s in REGISTRY if family is None or s.family == family]
+
+
+def get(name: str) -> KernelSpec:
+    for s in REGISTRY:
+        if s.name == name:
+            return s
+    raise KeyError(f"no kernel named {name!r}; registered: {[s.name for s in REGISTRY]}")
