@@ -1,0 +1,205 @@
+"""Properties, cases, and exact-bit regression fixtures.
+
+A property is a function `prop(spec, case)` that raises AssertionError with a readable message
+when the kernel `spec` violates it on `case`. Properties are registered by family and name, so a
+fixture can name the property that failed and be replayed against its kernel forever.
+
+When Hypothesis has shrunk a failure and replays the minimal example (the "final" run),
+`check` writes that case as a fixture: raw storage bits of every input tensor with its dtype,
+shape, strides and storage offset, so the replay is bit-exact, padding included.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import platform
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from kernels.registry import KernelSpec
+
+FIXTURE_FORMAT = 1
+DEFAULT_FIXTURE_DIR = Path(__file__).resolve().parent / "regressions"
+SAVE_ENV = "FLASHCHECK_SAVE_FIXTURES"
+DIR_ENV = "FLASHCHECK_FIXTURE_DIR"
+
+
+@dataclass
+class Case:
+    """One input to a kernel: named tensors (views, any strides), JSON-able kwargs, a label."""
+
+    tensors: dict[str, torch.Tensor]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    label: str = ""
+
+    def __repr__(self) -> str:
+        parts = [f"{k}: {tuple(t.shape)} {t.dtype} stride={t.stride()} offset={t.storage_offset()}"
+                 for k, t in self.tensors.items()]
+        return f"Case({self.label}; {'; '.join(parts)}; kwargs={self.kwargs})"
+
+
+Property = Callable[[KernelSpec, Case], None]
+PROPERTIES: dict[tuple[str, str], Property] = {}
+
+
+def prop(family: str, name: str) -> Callable[[Property], Property]:
+    """Register a property of a family under a stable name (fixtures refer to it)."""
+
+    def deco(fn: Property) -> Property:
+        key = (family, name)
+        if key in PROPERTIES and PROPERTIES[key] is not fn:
+            raise ValueError(f"property {family}/{name} registered twice")
+        PROPERTIES[key] = fn
+        return fn
+
+    return deco
+
+
+def check(spec: KernelSpec, name: str, case: Case) -> None:
+    """Run a property; if this is Hypothesis's final (shrunk) failing example, save a fixture."""
+    try:
+        PROPERTIES[(spec.family, name)](spec, case)
+    except Exception as exc:
+        if saving_enabled() and _is_final_hypothesis_example():
+            save_fixture(spec, name, case, exc)
+        raise
+
+
+def _is_final_hypothesis_example() -> bool:
+    from hypothesis.control import currently_in_test_context, current_build_context
+
+    return currently_in_test_context() and current_build_context().is_final
+
+
+def saving_enabled() -> bool:
+    return os.environ.get(SAVE_ENV, "1") not in ("0", "false", "no", "")
+
+
+def fixture_dir() -> Path:
+    return Path(os.environ.get(DIR_ENV) or DEFAULT_FIXTURE_DIR)
+
+
+# ---- serialisation -----------------------------------------------------------------------------
+
+_DTYPES = {str(d).removeprefix("torch."): d for d in (
+    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32, torch.int64, torch.bool)}
+_WORD = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _encode_tensor(t: torch.Tensor) -> dict[str, Any]:
+    storage = t.untyped_storage()
+    n = storage.nbytes() // t.element_size()
+    base = torch.empty(0, dtype=t.dtype).set_(storage.cpu() if t.device.type != "cpu" else storage, 0, (n,), (1,))
+    words = base.view(torch.uint8).numpy().view(_WORD[t.element_size()])
+    width = 2 * t.element_size()
+    hexes = [format(int(w), f"0{width}x") for w in words]
+    return {
+        "dtype": str(t.dtype).removeprefix("torch."),
+        "shape": list(t.shape),
+        "stride": list(t.stride()),
+        "storage_offset": t.storage_offset(),
+        "storage_words": n,
+        "bits": [" ".join(hexes[i:i + 16]) for i in range(0, len(hexes), 16)],
+        "values": _preview(t),
+    }
+
+
+def _preview(t: torch.Tensor) -> list[Any]:
+    """Human-readable values of the view (first rows), for reviewers; replay uses `bits`."""
+    v = t.detach().cpu()
+    if v.is_floating_point():
+        v = v.double()
+    flat = v.reshape(-1)[:256].tolist()
+    return [repr(x) if isinstance(x, float) else x for x in flat]
+
+
+def _decode_tensor(d: dict[str, Any], device: torch.device) -> torch.Tensor:
+    dtype = _DTYPES[d["dtype"]]
+    words = np.array([int(w, 16) for line in d["bits"] for w in line.split()], dtype=_WORD[dtype.itemsize])
+    if len(words) != d["storage_words"]:
+        raise ValueError("fixture storage length does not match its bits")
+    base = torch.from_numpy(words.view(np.uint8).copy()).view(dtype).to(device)
+    return base.as_strided(d["shape"], d["stride"], d["storage_offset"])
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, torch.dtype):
+        return {"dtype": str(v).removeprefix("torch.")}
+    return v
+
+
+def _unjson(v: Any) -> Any:
+    if isinstance(v, dict) and set(v) == {"dtype"}:
+        return _DTYPES[v["dtype"]]
+    return v
+
+
+def _versions() -> dict[str, str]:
+    import hypothesis
+    import triton
+
+    from kernels import INTERPRET
+
+    return {"torch": torch.__version__, "triton": triton.__version__, "hypothesis": hypothesis.__version__,
+            "numpy": np.__version__, "python": platform.python_version(),
+            "backend": "interpreter" if INTERPRET else torch.cuda.get_device_name()}
+
+
+def fixture_payload(spec: KernelSpec, name: str, case: Case, exc: BaseException) -> dict[str, Any]:
+    return {
+        "format": FIXTURE_FORMAT,
+        "kernel": spec.name,
+        "family": spec.family,
+        "property": name,
+        "label": case.label,
+        "message": f"{type(exc).__name__}: {exc}",
+        "kwargs": {k: _jsonable(v) for k, v in case.kwargs.items()},
+        "tensors": {k: _encode_tensor(t) for k, t in case.tensors.items()},
+        "versions": _versions(),
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def fixture_key(payload: dict[str, Any]) -> str:
+    """Identity of a failure: kernel, property and the exact input, not message or versions."""
+    ident = {k: payload[k] for k in ("kernel", "property", "kwargs")}
+    ident["tensors"] = {k: {f: v for f, v in t.items() if f != "values"} for k, t in payload["tensors"].items()}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def save_fixture(spec: KernelSpec, name: str, case: Case, exc: BaseException) -> Path:
+    """Write the failing case atomically; one file per distinct failure, safe under xdist."""
+    payload = fixture_payload(spec, name, case, exc)
+    safe_kernel = "".join(c if c.isalnum() or c in "-_" else "_" for c in spec.name)
+    path = fixture_dir() / f"{safe_kernel}__{name}__{fixture_key(payload)}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(payload, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
+    return path
+
+
+def load_fixture(path: Path, device: torch.device) -> tuple[dict[str, Any], Case]:
+    payload = json.loads(Path(path).read_text())
+    if payload.get("format") != FIXTURE_FORMAT:
+        raise ValueError(f"{path}: unknown fixture format {payload.get('format')}")
+    case = Case(
+        tensors={k: _decode_tensor(t, device) for k, t in payload["tensors"].items()},
+        kwargs={k: _unjson(v) for k, v in payload["kwargs"].items()},
+        label=payload.get("label", ""),
+    )
+    return payload, case
+
+
+def fixture_paths(directory: Path | None = None) -> list[Path]:
+    d = directory or fixture_dir()
+    return sorted(d.glob("*.json")) if d.is_dir() else []
