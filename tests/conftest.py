@@ -121,7 +121,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     def runs_a_kernel(item: pytest.Item) -> bool:
         callspec = getattr(item, "callspec", None)
-        return callspec is not None and "spec" in callspec.params
+        return callspec is not None and ("spec" in callspec.params or "fixture" in callspec.params)
 
     keep = [i for i in items if runs_a_kernel(i)]
     drop = [i for i in items if not runs_a_kernel(i)]

@@ -16,7 +16,6 @@ import json
 import os
 import platform
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -24,25 +23,12 @@ import numpy as np
 import torch
 
 from kernels.registry import KernelSpec
+from strategies.case import Case
 
 FIXTURE_FORMAT = 1
 DEFAULT_FIXTURE_DIR = Path(__file__).resolve().parent / "regressions"
 SAVE_ENV = "FLASHCHECK_SAVE_FIXTURES"
 DIR_ENV = "FLASHCHECK_FIXTURE_DIR"
-
-
-@dataclass
-class Case:
-    """One input to a kernel: named tensors (views, any strides), JSON-able kwargs, a label."""
-
-    tensors: dict[str, torch.Tensor]
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    label: str = ""
-
-    def __repr__(self) -> str:
-        parts = [f"{k}: {tuple(t.shape)} {t.dtype} stride={t.stride()} offset={t.storage_offset()}"
-                 for k, t in self.tensors.items()]
-        return f"Case({self.label}; {'; '.join(parts)}; kwargs={self.kwargs})"
 
 
 Property = Callable[[KernelSpec, Case], None]
