@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from ._common import (
-    DEVICE, LOG2E, bf16_as_bits, check_float, check_out, kernel_view, load_f32, store_f32, tl, triton,
+    DEVICE, INTERPRET, LOG2E, bf16_as_bits, check_float, check_out, kernel_view, load_f32, store_f32, tl, triton,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -20,6 +20,9 @@ from ._common import (
 # --------------------------------------------------------------------------------------------
 
 ROW_MAX_N = 32768
+# A plain float global cannot be read inside @triton.jit on the GPU (only the interpreter
+# allows it); a constexpr can.
+_LOG2E = tl.constexpr(LOG2E)
 
 
 @triton.jit
@@ -34,7 +37,7 @@ def _softmax_row_kernel(
     cols64 = cols.to(tl.int64)[None, :]
     x = load_f32(x_ptr + rows64 * sxm + cols64 * sxn, mask, X_BITS)
     m = tl.max(x, axis=1)
-    e = tl.exp2((x - m[:, None]) * LOG2E)
+    e = tl.exp2((x - m[:, None]) * _LOG2E)
     y = e / tl.sum(e, axis=1)[:, None]
     store_f32(y_ptr + rows64 * sym + cols64 * syn, y, mask, Y_BITS)
 
@@ -101,9 +104,407 @@ def softmax_row(
     return y
 
 
+# --------------------------------------------------------------------------------------------
+# Building blocks of the chunked variants: a per-lane online (max, sum), a fixed-shape tree.
+#
+# Each of BLOCK lanes carries its own running max m and running sum l (relative to m) over
+# the elements it sees (lane j sees j, j + BLOCK, j + 2 BLOCK, ...). Folding a value x into a
+# lane needs one exp2: with e = exp(-|x - m|), either x > m (the old sum is rescaled by e and x
+# contributes exactly 1) or not (x contributes e). At the end the lanes are put on the common
+# max and summed by a fixed pairwise tree built from reshapes, so the result is a function of
+# the values and BLOCK only: the same bits for any num_warps, on the GPU and in the interpreter.
+#
+# -inf and NaN: a value of -inf contributes 0 (the guard is on x itself, so a NaN can never be
+# swallowed by it); two empty states (-inf, 0) merge into (-inf, 0) without computing
+# exp(-inf - -inf). NaN reaches the sum through exp2(NaN) whatever tl.maximum does with it
+# (the GPU's max ignores NaN, the interpreter's propagates it; either way l becomes NaN and
+# multiplying by a guard's 0 keeps it NaN). +inf makes its lane (inf, 1) and the final
+# rescale exp2(inf - inf) = NaN. An all -inf row ends as (-inf, 0), and the normalize pass
+# computes exp2(-inf - -inf) / 0 = NaN, as torch does. The max is never replaced by a finite
+# stand-in (no "sticky" 0 max).
+# --------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _lane_fold(m, l, x):
+    """Fold the values x (one per lane) into the lanes' running (max, sum)."""
+    e = tl.exp2(-tl.abs(x - m) * _LOG2E)
+    e = tl.where(x == float("-inf"), 0.0, e)
+    l = tl.where(x > m, l * e + 1.0, l + e)
+    m = tl.maximum(m, x)
+    return m, l
+
+
+@triton.jit
+def _lane_merge(m, l, mi, li):
+    """Merge the (max, sum) pairs (mi, li) into the lanes' (m, l); (-inf, 0) is the empty state."""
+    e = tl.exp2(-tl.abs(mi - m) * _LOG2E)
+    e = tl.where(mi == float("-inf"), 0.0, e)
+    l = tl.where(mi > m, l * e + li, l + li * e)
+    m = tl.maximum(m, mi)
+    return m, l
+
+
+@triton.jit
+def _tree_sum(v, B: tl.constexpr, LOG2B: tl.constexpr):
+    """Sum of B = 2^LOG2B values by a fixed pairwise tree: (v0 + v1), (v2 + v3), ... per level.
+
+    Each level is one addition per pair (commutative, so exact whatever the layout), hence the
+    same bits for every num_warps; LOG2B rounding levels."""
+    for i in tl.static_range(LOG2B):
+        a, b = tl.split(tl.reshape(v, (B >> (i + 1), 2)))
+        v = a + b
+    return tl.sum(v, axis=0)  # a single element: no rounding
+
+
+@triton.jit
+def _lanes_total(m, l, B: tl.constexpr, LOG2B: tl.constexpr):
+    """The lanes' common (max, sum): one rescale per lane (guarded for empty lanes), then the tree."""
+    mx = tl.max(m, axis=0)  # exact: order never matters for a max
+    f = tl.exp2((m - mx) * _LOG2E)
+    f = tl.where(m == float("-inf"), 0.0, f)  # empty lane: 0 (a NaN sum stays NaN: NaN * 0)
+    return mx, _tree_sum(l * f, B, LOG2B)
+
+
+@triton.jit
+def _normalize_span(x_row, y_row, start, N, sxn, syn, mx, s, lanes,
+                    BLOCK: tl.constexpr, X_BITS: tl.constexpr, Y_BITS: tl.constexpr):
+    """y = exp(x - max) / sum over the columns start + lanes (the row kernel's formula)."""
+    cols = (start + lanes).to(tl.int64)
+    mask = cols < N
+    x = load_f32(x_row + cols * sxn, mask, X_BITS)
+    y = tl.exp2((x - mx) * _LOG2E) / s
+    store_f32(y_row + cols * syn, y, mask, Y_BITS)
+
+
+# --------------------------------------------------------------------------------------------
+# Online variant: one program per row, two passes over the row in chunks of BLOCK.
+# --------------------------------------------------------------------------------------------
+
+@triton.jit
+def _softmax_online_kernel(
+    x_ptr, y_ptr, N, sxm, sxn, sym, syn,
+    BLOCK: tl.constexpr, LOG2B: tl.constexpr, X_BITS: tl.constexpr, Y_BITS: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * sxm
+    y_row = y_ptr + row * sym
+    lanes = tl.arange(0, BLOCK)
+    m = tl.full([BLOCK], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK], dtype=tl.float32)
+    n_chunks = tl.cdiv(N, BLOCK)
+    for k in range(0, n_chunks):
+        cols = (k * BLOCK + lanes).to(tl.int64)
+        x = load_f32(x_row + cols * sxn, cols < N, X_BITS)
+        m, l = _lane_fold(m, l, x)
+    mx, s = _lanes_total(m, l, BLOCK, LOG2B)
+    # Second pass backwards: the chunks read last are the likeliest to be still in L2.
+    for k in range(0, n_chunks):
+        _normalize_span(x_row, y_row, (n_chunks - 1 - k) * BLOCK, N, sxn, syn, mx, s, lanes,
+                        BLOCK, X_BITS, Y_BITS)
+
+
+@dataclass(frozen=True)
+class OnlineConfig:
+    block: int
+    num_warps: int
+
+
+def online_config(n: int = 0, dtype: torch.dtype = torch.float16, *, block_n: int | None = None,
+                  num_warps: int | None = None) -> OnlineConfig:
+    """The chunk (= lane count) decides the bits; num_warps does not (fixed tree, per-lane state)."""
+    if block_n is not None:
+        if block_n < 2 or block_n & (block_n - 1):
+            raise ValueError(f"block_n must be a power of two >= 2, got {block_n}")
+        block = block_n
+    elif INTERPRET:
+        block = 64  # CPU rows of hundreds to thousands take several chunks
+    else:
+        block = 4096 if dtype.itemsize == 2 else 2048
+    warps = num_warps or (1 if INTERPRET else max(1, min(8, block // 256)))
+    return OnlineConfig(block, warps)
+
+
+def softmax_online(
+    x: torch.Tensor,
+    *,
+    out_dtype: torch.dtype | None = None,
+    out: torch.Tensor | None = None,
+    block_n: int | None = None,
+    num_warps: int | None = None,
+) -> torch.Tensor:
+    """Streaming softmax: one program per row carries a running (max, sum) per lane over
+    chunks of block_n, then writes exp(x - max) / sum in a second pass. Any N >= 1."""
+    y = _prepare(x, out_dtype, out)
+    m, n = x.shape
+    cfg = online_config(n, x.dtype, block_n=block_n, num_warps=num_warps)
+    if x.numel() == 0:
+        return y
+    xk, yk = kernel_view(x), kernel_view(y)
+    _softmax_online_kernel[(m,)](
+        xk, yk, n, x.stride(0), x.stride(1), y.stride(0), y.stride(1),
+        BLOCK=cfg.block, LOG2B=cfg.block.bit_length() - 1,
+        X_BITS=bf16_as_bits(x.dtype), Y_BITS=bf16_as_bits(y.dtype), num_warps=cfg.num_warps,
+    )
+    return y
+
+
+# --------------------------------------------------------------------------------------------
+# Split-row variant: many programs per row, each a span of ITERS chunks of BLOCK; their
+# (max, sum) pairs go to a workspace, one program per row merges any number of them (a loop
+# over the pairs, MB lanes wide), and a normalize pass writes the output.
+# --------------------------------------------------------------------------------------------
+
+@triton.jit
+def _split_stats_kernel(
+    x_ptr, ws_m, ws_l, N, NB, sxm, sxn,
+    BLOCK: tl.constexpr, LOG2B: tl.constexpr, ITERS: tl.constexpr, X_BITS: tl.constexpr,
+):
+    pid = tl.program_id(0).to(tl.int64)
+    row = pid // NB
+    base = (pid % NB) * (BLOCK * ITERS)
+    x_row = x_ptr + row * sxm
+    lanes = tl.arange(0, BLOCK)
+    m = tl.full([BLOCK], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK], dtype=tl.float32)
+    for i in range(ITERS):
+        cols = base + i * BLOCK + lanes
+        x = load_f32(x_row + cols * sxn, cols < N, X_BITS)
+        m, l = _lane_fold(m, l, x)
+    mx, s = _lanes_total(m, l, BLOCK, LOG2B)
+    tl.store(ws_m + pid, mx)
+    tl.store(ws_l + pid, s)
+
+
+@triton.jit
+def _split_merge_kernel(ws_m, ws_l, row_m, row_l, NB, MB: tl.constexpr, LOG2MB: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    lanes = tl.arange(0, MB)
+    m = tl.full([MB], float("-inf"), tl.float32)
+    l = tl.zeros([MB], dtype=tl.float32)
+    for start in range(0, NB, MB):
+        idx = start + lanes
+        mask = idx < NB
+        mi = tl.load(ws_m + row * NB + idx, mask=mask, other=float("-inf"))
+        li = tl.load(ws_l + row * NB + idx, mask=mask, other=0.0)
+        m, l = _lane_merge(m, l, mi, li)
+    mx, s = _lanes_total(m, l, MB, LOG2MB)
+    tl.store(row_m + row, mx)
+    tl.store(row_l + row, s)
+
+
+@triton.jit
+def _split_normalize_kernel(
+    x_ptr, y_ptr, row_m, row_l, N, NB, sxm, sxn, sym, syn,
+    BLOCK: tl.constexpr, ITERS: tl.constexpr, X_BITS: tl.constexpr, Y_BITS: tl.constexpr,
+):
+    # Last span first: the spans the stats pass read last are the likeliest to be in L2.
+    pid = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)
+    row = pid // NB
+    base = (pid % NB) * (BLOCK * ITERS)
+    mx = tl.load(row_m + row)
+    s = tl.load(row_l + row)
+    lanes = tl.arange(0, BLOCK)
+    for i in range(ITERS):
+        _normalize_span(x_ptr + row * sxm, y_ptr + row * sym, base + (ITERS - 1 - i) * BLOCK, N,
+                        sxn, syn, mx, s, lanes, BLOCK, X_BITS, Y_BITS)
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    block: int  # lanes of a stats program (decides the bits)
+    iters: int  # chunks per span (decides the bits)
+    merge_block: int  # lanes of the merge (decides the bits)
+    num_warps: int  # stats and normalize programs (does not change the bits)
+    merge_warps: int
+
+    @property
+    def span(self) -> int:
+        return self.block * self.iters
+
+    def n_blocks(self, n: int) -> int:
+        return max(1, -(-n // self.span))
+
+
+def _pow2(name: str, v: int, lo: int = 2) -> int:
+    if v < lo or v & (v - 1):
+        raise ValueError(f"{name} must be a power of two >= {lo}, got {v}")
+    return v
+
+
+def split_config(n: int = 0, dtype: torch.dtype = torch.float16, *, block_n: int | None = None,
+                 chunks_per_block: int | None = None, merge_block: int | None = None,
+                 num_warps: int | None = None, merge_warps: int | None = None) -> SplitConfig:
+    if INTERPRET:  # several spans and several merge steps on CPU-sized rows
+        block, iters, mb = 32, 2, 4
+    else:
+        block = 4096 if dtype.itemsize == 2 else 2048
+        iters, mb = 16, 1024
+    block = _pow2("block_n", block_n) if block_n is not None else block
+    iters = chunks_per_block or iters
+    if iters < 1:
+        raise ValueError(f"chunks_per_block must be >= 1, got {iters}")
+    mb = _pow2("merge_block", merge_block) if merge_block is not None else mb
+    warps = num_warps or (1 if INTERPRET else max(1, min(8, block // 256)))
+    mwarps = merge_warps or (1 if INTERPRET else 4)
+    return SplitConfig(block, iters, mb, warps, mwarps)
+
+
+def softmax_split(
+    x: torch.Tensor,
+    *,
+    out_dtype: torch.dtype | None = None,
+    out: torch.Tensor | None = None,
+    block_n: int | None = None,
+    chunks_per_block: int | None = None,
+    merge_block: int | None = None,
+    num_warps: int | None = None,
+    merge_warps: int | None = None,
+) -> torch.Tensor:
+    """Split-row softmax for a few enormous rows: spans of block_n * chunks_per_block columns
+    each give a (max, sum) pair, one program per row merges any number of pairs, and a third
+    pass normalizes. Three passes over memory (read, read, write)."""
+    y = _prepare(x, out_dtype, out)
+    m, n = x.shape
+    cfg = split_config(n, x.dtype, block_n=block_n, chunks_per_block=chunks_per_block,
+                       merge_block=merge_block, num_warps=num_warps, merge_warps=merge_warps)
+    if x.numel() == 0:
+        return y
+    nb = cfg.n_blocks(n)
+    ws = torch.empty((2, m * nb), dtype=torch.float32, device=x.device)
+    stats = torch.empty((2, m), dtype=torch.float32, device=x.device)
+    xk, yk = kernel_view(x), kernel_view(y)
+    xb, yb = bf16_as_bits(x.dtype), bf16_as_bits(y.dtype)
+    _split_stats_kernel[(m * nb,)](
+        xk, ws[0], ws[1], n, nb, x.stride(0), x.stride(1),
+        BLOCK=cfg.block, LOG2B=cfg.block.bit_length() - 1, ITERS=cfg.iters, X_BITS=xb,
+        num_warps=cfg.num_warps,
+    )
+    _split_merge_kernel[(m,)](
+        ws[0], ws[1], stats[0], stats[1], nb, MB=cfg.merge_block,
+        LOG2MB=cfg.merge_block.bit_length() - 1, num_warps=cfg.merge_warps,
+    )
+    _split_normalize_kernel[(m * nb,)](
+        xk, yk, stats[0], stats[1], n, nb, x.stride(0), x.stride(1), y.stride(0), y.stride(1),
+        BLOCK=cfg.block, ITERS=cfg.iters, X_BITS=xb, Y_BITS=yb, num_warps=cfg.num_warps,
+    )
+    return y
+
+
+# --------------------------------------------------------------------------------------------
+# Dispatcher
+# --------------------------------------------------------------------------------------------
+
+# Rows up to this length go to the row kernel (whole row in registers, one read + one write).
+DISPATCH_ROW_MAX_N = 512 if INTERPRET else 16384
+_SM_COUNT: dict[int, int] = {}
+
+
+def sm_count(device: torch.device) -> int:
+    """Multiprocessors of the GPU (2 under the interpreter, so CPU tests reach every path)."""
+    if INTERPRET or device.type != "cuda":
+        return 2
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _SM_COUNT:
+        _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return _SM_COUNT[idx]
+
+
+def choose_variant(m: int, n: int, dtype: torch.dtype, sms: int) -> str:
+    """'row' | 'online' | 'split' for an (m, n) problem on a GPU with `sms` multiprocessors."""
+    if n <= DISPATCH_ROW_MAX_N:
+        return "row"
+    # Too few rows to fill the GPU with one program per row, and rows long enough to split.
+    if m < 2 * sms and n > split_config(n, dtype).span:
+        return "split"
+    return "online"
+
+
 def softmax(x: torch.Tensor, *, out_dtype: torch.dtype | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Softmax over the last dim of a 2-D fp16/bf16/fp32 tensor (any strides), fp32 inside."""
-    return softmax_row(x, out_dtype=out_dtype, out=out)
+    """Softmax over the last dim of a 2-D fp16/bf16/fp32 tensor (any strides), fp32 inside.
+
+    Picks the row kernel for rows that fit in registers, the split-row kernel when there are
+    too few rows to fill the GPU, else the online kernel."""
+    _check_softmax_input(x, out_dtype)
+    m, n = x.shape
+    variant = choose_variant(m, n, x.dtype, sm_count(x.device))
+    fn = {"row": softmax_row, "online": softmax_online, "split": softmax_split}[variant]
+    return fn(x, out_dtype=out_dtype, out=out)
 
 
-__all__ = ["softmax", "softmax_row", "ROW_MAX_N", "DEVICE"]
+# --------------------------------------------------------------------------------------------
+# Rounding depths (the D of oracles/bounds.py) of each variant for a row of n.
+# --------------------------------------------------------------------------------------------
+
+def _log2c(v: int) -> int:
+    return max(0, (max(1, v) - 1).bit_length())
+
+
+def _numpy_sum_depth(n: int) -> int:
+    """Depth of NumPy's pairwise float32 sum (the interpreter's tl.sum): 8 accumulators over
+    blocks of <= 128, their 3-level tree, halving above 128."""
+    if n < 8:
+        return n
+    if n <= 128:
+        return n // 8 - 1 + 3 + n % 8
+    n2 = (n // 2) - (n // 2) % 8
+    return 1 + max(_numpy_sum_depth(n2), _numpy_sum_depth(n - n2))
+
+
+def _gpu_sum_depth(block: int, warps: int, rows: int) -> int:
+    """Upper bound on a GPU tl.sum's depth over a row of `block` lanes: each thread adds its
+    elements in sequence, then a shuffle/shared-memory tree over the threads. The layout puts
+    v in {1, 2, 4, 8} contiguous lanes per thread and at least min(32, block / v) threads on a
+    row (32 * warps when the program has one row)."""
+    worst = 0
+    for v in (1, 2, 4, 8):
+        t_hi = min(32 * warps, -(-block // v))
+        t_lo = t_hi if rows == 1 else min(32, t_hi)
+        worst = max(worst, -(-block // t_lo) - 1 + _log2c(t_hi))
+    return worst
+
+
+def row_depth(n: int) -> int:
+    """Row kernel: one tl.sum over the padded row, for any M (rows per program) and dtype."""
+    d = 1
+    for m in (1, 1 << 20):
+        cfg = row_config(m, n)
+        d = max(d, _gpu_sum_depth(cfg.block_n, cfg.num_warps, cfg.rows), _numpy_sum_depth(cfg.block_n))
+    return d
+
+
+# Per fold or merge step a lane's sum is multiplied by a rescale factor (1 rounding, plus
+# ex2.approx's 2 ulp = 4u for the factor) and added to (1 rounding): 6u. The factors' argument
+# errors telescope into the bound's 3|d_i| term because the running max only grows. The
+# final rescale onto the common max costs 5u, the fixed tree one rounding per level.
+_STEP, _RESCALE = 6, 5
+
+
+def online_depth(n: int) -> int:
+    worst = 1
+    for dt in (torch.float16, torch.float32):
+        b = online_config(n, dt).block
+        worst = max(worst, _STEP * -(-n // b) + _RESCALE + _log2c(b))
+    return worst
+
+
+def split_depth(n: int) -> int:
+    worst = 1
+    for dt in (torch.float16, torch.float32):
+        c = split_config(n, dt)
+        chain = _STEP * min(c.iters, -(-n // c.block)) + _RESCALE + _log2c(c.block)
+        merge = _STEP * -(-c.n_blocks(n) // c.merge_block) + _RESCALE + _log2c(c.merge_block)
+        worst = max(worst, chain + merge)
+    return worst
+
+
+def softmax_depth(n: int) -> int:
+    """The dispatcher may pick any variant allowed for n (the choice also depends on M)."""
+    d = row_depth(n) if n <= DISPATCH_ROW_MAX_N else 1
+    if n > DISPATCH_ROW_MAX_N:
+        d = max(d, online_depth(n), split_depth(n))
+    return d
+
+
+__all__ = ["softmax", "softmax_row", "softmax_online", "softmax_split", "choose_variant",
+           "row_depth", "online_depth", "split_depth", "softmax_depth", "ROW_MAX_N", "DEVICE"]

@@ -84,3 +84,113 @@ def softmax_sum_bound(x: np.ndarray, oracle: np.ndarray, fmt: Format, *, depth: 
 
 # ---- attention ------------------------------------------------------------------------------
 # (attention bounds are added below by the attention family)
+
+
+def attention_error_bound(oracle, *, block_n: int, n_blocks: int) -> np.ndarray:
+    """Allowed |o - r| per output element of a fused attention kernel, r the correctly rounded oracle.
+
+    `oracle` is an `oracles.attention.AttentionOracle` (weights p, a_ij = sc sum_d |q_id k_jd|,
+    d_ij = t_max - t_j, |v|, the exact value o*, which elements are exact specials). `block_n`:
+    keys per block of the online softmax (the depth of one P @ V dot and of one row sum);
+    `n_blocks`: key blocks a row goes through (rescales). Unknown kernels: block_n = n_blocks = N.
+
+    Model of the kernel (kernels/attention.py; flash-style kernels in general), u = 2^-24:
+      s^_j = dot(q, k_j) in fp32      16-bit products exact; each of the <= D additions errs by at
+                                      most 2u of sum |terms| (any order; tensor cores align and
+                                      truncate): |s^ - s| <= 2(D + 1) u A_j, A_j = sum_d |q_d k_jd|
+                                      (fp32 inputs, ieee FMA dots: D u A_j, inside the same bound)
+      x_j = fl(s^_j * c)              c = fl32(fl32(scale) log2 e): c's own rounding scales every
+                                      difference t_j - t_max by (1 + u); the product adds u |t_j|
+                                      <= u a_j (natural-log units)
+      p^_j = exp2(fl(x_j - m_b))      m_b the running max at j's block; each later rescale
+             * prod exp2(fl(m_k - m_k+1))   alpha_k adds u (m_k+1 - m_k): the subtractions telescope
+                                      to u (m_final - x_j) = u d_j; ex2.approx: 2 ulp = 4u per call,
+                                      at most n_blocks calls per key
+    so the kernel's weights are exact softmax weights of perturbed exponents t_j + eps_j with
+      |eps_j| <= g_j = u ((2D + 4) a_j + 3 d_j + 4 (n_blocks + 1)) + D 2^-125 sc
+    (slack 1 a_j + 1 d_j + 4u for second-order terms; the last term: bf16 products below fp32's
+    normals). Score term, exact in the perturbation (not first order): p^_j / p_j =
+    1 / sum_k p_k e^{eps_k - eps_j}, and with Lambda_j = sum_{k != j} p_k expm1(g_k + g_j),
+      |p^_j / p_j - 1| <= r_j = Lambda_j / (1 - Lambda_j)      (inf when Lambda_j >= 1)
+      |o^ - o| <= S = sum_j min(p_j r_j, max(p_j, 1 - p_j)) |v_j|      (p^_j lies in [0, 1])
+    To first order S = u sum_j p_j (g'_j + sum_k p_k g'_k) |v_j| with g' = g / u: the
+    `c2 * u32 * (score-error term)` of NUMERICS.md with c2 = 1 on that term; Lambda_j is tight for
+    one-hot rows (fp16-overflowing scores), where a first-order bound would be meaningless.
+
+      P~_j = fl16(p^_j)               fp16/bf16 inputs: relative u16 (2^-11, 2^-8), or absolute
+                                      tau16 (2^-25, 2^-134) below the normals; exp2 may flush a
+                                      p^ below 2^-126 (absolute 2^-126 more)
+      l = sum of P~ (fp32), acc = sum of P~ v (fp32)
+    The row sum uses the rounded P~, so o = sum P~ v / sum P~ and P's rounding only reweights:
+      |delta o| <= u16 / (1 - u16) * (sum_j min(p_j (1 + r_j), 1) |v_j - o*| + 2 S)
+                 + (tau16 + 2^-126) * c_l * sum_{j visible} (|v_j| + |o*| + S)
+    with c_l >= 1 / l (l >= 1 - u16 as the running max's own weight is ~1; also 1/l ~ p_max).
+    This is the `c1 * u16 * sum_j p_j |v_j|` term with c1 = 1 on sum p_j |v_j - o*|
+    (<= 2 sum p_j |v_j|); it vanishes for V of all ones.
+
+      fp32 accumulation               each key's term goes through one P @ V dot (2 block_n u, the
+                                      tensor-core model), one add into acc (u) and, per later
+                                      block, a rescale and an add (2u): (2 block_n + 2 n_blocks +
+                                      1) u relative to sum p |v|; l: its row sum (depth <= block_n)
+                                      and 2 per block, (block_n + 2 n_blocks) u relative of |o|;
+                                      the division 2 ulp = 4u (div.full). Total, with 3u slack:
+                                      (3 block_n + 4 n_blocks + 8) u (sum_j p_j |v_j| + S)
+                                      plus (N + 2 n_blocks + 4) 2^-126 for fp32 flushes to zero.
+      final rounding                  fp16/bf16 output: the kernel's fp32 value rounds once more
+                                      (half an ulp) and the oracle is half an ulp from exact:
+                                      1 ulp(|r| + pre); fp32 output: half an ulp(|r| + pre).
+
+    Exact specials (NaN rows/columns, rows with no visible key) get bound 0: they must match
+    exactly. Outputs below fp32's normals may flush to zero: `ftz_allowed`, counted separately.
+    """
+    fmt = oracle.fmt
+    u = U32
+    is16 = fmt.bits == 16
+    u16 = fmt.unit_roundoff if is16 else 0.0
+    tau = (fmt.min_subnormal / 2 if is16 else 0.0) + 2.0**-126
+    B, H, M, D = oracle.out.shape
+    N = oracle.p.shape[-1]
+    out = np.zeros((B, H, M, D))
+    if M == 0 or D == 0:
+        return out
+    r_all = np.nan_to_num(np.abs(oracle.out), nan=0.0, posinf=0.0)
+    o_star = np.nan_to_num(np.abs(oracle.approx), nan=0.0, posinf=0.0)
+    sgn_o = np.nan_to_num(oracle.approx, nan=0.0, posinf=0.0, neginf=0.0)
+    for b in range(B):
+        for h in range(H):
+            vis = oracle.visible[b, h]
+            p = oracle.p[b, h]
+            absv = oracle.absv[b, h]
+            g = np.where(vis, u * ((2 * D + 4) * oracle.a[b, h] + 3 * oracle.d[b, h] + 4 * (n_blocks + 1))
+                         + D * 2.0**-125 * oracle.scale, 0.0)
+            g = np.minimum(g, 700.0)
+            em = np.expm1(g)
+            T = (p * em).sum(axis=1, keepdims=True)
+            with np.errstate(over="ignore", invalid="ignore"):
+                lam = np.exp(g) * np.maximum(T - p * em + 1e-12 * T, 0.0) + (1.0 - p) * em
+                lam = lam * (1 + 1e-9)
+                r = np.where(lam < 1.0, lam / (1.0 - lam), np.inf)
+                dev = np.where(p > 0, np.minimum(p * r, np.maximum(p, 1.0 - p)), 0.0)
+            S = dev @ absv  # (M, D)
+            w = np.where(p > 0, np.minimum(p * (1.0 + r), 1.0), 0.0)
+            o_row = sgn_o[b, h]  # (M, D)
+            vv = oracle.v[b, h]  # (N, D), non-finite entries as 0
+            spread = (w[:, :, None] * np.abs(vv[None, :, :] - o_row[:, None, :])).sum(axis=1)
+            prec16 = u16 / (1.0 - u16) * (spread + 2.0 * S) if is16 else 0.0
+            jmax = np.argmax(p, axis=1)
+            pmax = p.max(axis=1)
+            rmax = r[np.arange(M), jmax]
+            gmax = g[np.arange(M), jmax]
+            with np.errstate(invalid="ignore", over="ignore"):
+                # 1/l = (kernel weight of the max key) / (its unnormalised weight, >= e^-2g)
+                c_l = 1.001 * np.minimum(1.0, pmax * (1.0 + rmax) * np.exp(2.0 * gmax))
+            c_l = np.where(np.isfinite(c_l), c_l, 1.001)
+            n_vis = vis.sum(axis=1)
+            tiny = tau * c_l[:, None] * ((vis.astype(np.float64) @ absv) + n_vis[:, None] * (o_star[b, h] + S))
+            accum = (3 * block_n + 4 * n_blocks + 8) * u * (oracle.pv[b, h] + S) * (1 + 1e-6) \
+                + (N + 2 * n_blocks + 4) * 2.0**-126
+            pre = S + prec16 + tiny + accum
+            last = ulp_of(r_all[b, h] + pre, fmt) * (1.0 if is16 else 0.5)
+            out[b, h] = pre + last
+    return np.where(oracle.special, 0.0, out)
+

@@ -113,7 +113,8 @@ def describe(spec: KernelSpec, case: Case, o: Outcome, bad: np.ndarray, what: st
     r, c = np.unravel_index(int(np.argmax(score)), score.shape)
     lines = [f"{spec.name} [{o.fmt.name}] {what}: {int(bad.sum())} of {bad.size} elements",
              f"  x {tuple(x.shape)} {x.dtype} stride={x.stride()} offset={x.storage_offset()} ({case.label})",
-             f"  worst at [{r}, {c}]: x={o.x64[r, c]!r} kernel={o.y64[r, c]!r} oracle={o.oracle[r, c]!r}"
+             f"  worst at [{r}, {c}]: x={float(o.x64[r, c])!r} kernel={float(o.y64[r, c])!r} "
+             f"oracle={float(o.oracle[r, c])!r}"
              + (f" ulps={dist[r, c]:g} bound={bound[r, c]:g}" if dist is not None else ""),
              f"  x row {r}: {_compact(o.x64[r], c)}",
              f"  y row {r}: {_compact(o.y64[r], c)}"]
@@ -180,7 +181,8 @@ def order_preserved(spec: KernelSpec, case: Case) -> None:
             bad = np.zeros_like(o.y64, dtype=bool)
             bad[r, order[k + 1]] = True
             raise AssertionError(describe(spec, case, o, bad, f"break the order of x "
-                                          f"(x {xs[k]!r} -> y {ys[k]!r}, x {xs[k + 1]!r} -> y {ys[k + 1]!r})"))
+                                          f"(x {float(xs[k])!r} -> y {float(ys[k])!r}, "
+                                          f"x {float(xs[k + 1])!r} -> y {float(ys[k + 1])!r})"))
 
 
 # ---- tests ---------------------------------------------------------------------------------

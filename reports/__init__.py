@@ -1,0 +1,1 @@
+"""Stability reports and benchmarks."""
