@@ -54,7 +54,7 @@ def _round_magnitude(man: int, exp: int, bc: int, fmt: Format) -> float:
         n = man >> shift
         rem = man - (n << shift)
         half = 1 << (shift - 1)
-        if rem >= half:
+        if rem > half or (rem == half and n & 1):
             n += 1
     # n <= 2^precision fits a float64 exactly, and ldexp by a power of two is exact.
     r = math.ldexp(int(n), qe)

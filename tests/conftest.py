@@ -23,10 +23,13 @@ _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter
             HealthCheck.large_base_example, HealthCheck.differing_executors]
 _COMMON = dict(deadline=None, suppress_health_check=_SLOW_OK, print_blob=True)
 # ci: derandomized and sized so the whole CPU run fits CI; dev: random, a bit more;
-# gpu: an order of magnitude more than ci (the GPU runs kernels in microseconds).
+# gpu: an order of magnitude more than ci (the GPU runs kernels in microseconds), still
+# derandomized so GPU CI is repeatable; soak: as many, random, for hunting false alarms with
+# --hypothesis-seed.
 settings.register_profile("ci", max_examples=12, derandomize=True, database=None, **_COMMON)
 settings.register_profile("dev", max_examples=25, **_COMMON)
 settings.register_profile("gpu", max_examples=120, derandomize=True, database=None, **_COMMON)
+settings.register_profile("soak", max_examples=120, database=None, **_COMMON)
 if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
     settings.load_profile("gpu" if torch.cuda.is_available() else "ci")
 else:
