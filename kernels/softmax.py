@@ -147,13 +147,13 @@ def _lane_merge(m, l, mi, li):
 
 @triton.jit
 def _tree_sum(v, B: tl.constexpr, LOG2B: tl.constexpr):
-    """Sum of B = 2^LOG2B values by a fixed pairwise tree: (v0 + v1), (v2 + v3), ... per level.
+    """Sum of B = 2^LOG2B values by a fixed pairwise tree: each level adds the second half to
+    the first, v[j] + v[j + h] (h = B/2, B/4, ...).
 
-    Each level is one addition per pair (commutative, so exact whatever the layout), hence the
-    same bits for every num_warps; LOG2B rounding levels."""
+    Each level is one addition per pair (a reduction over an axis of 2: commutative, so exact
+    whatever the layout), hence the same bits for every num_warps; LOG2B rounding levels."""
     for i in tl.static_range(LOG2B):
-        a, b = tl.split(tl.reshape(v, (B >> (i + 1), 2)))
-        v = a + b
+        v = tl.sum(tl.reshape(v, (2, B >> (i + 1))), axis=0)
     return tl.sum(v, axis=0)  # a single element: no rounding
 
 
@@ -194,13 +194,13 @@ def _softmax_online_kernel(
     l = tl.zeros([BLOCK], dtype=tl.float32)
     n_chunks = tl.cdiv(N, BLOCK)
     for k in range(0, n_chunks):
-        cols = (k * BLOCK + lanes).to(tl.int64)
+        cols = tl.cast(k, tl.int64) * BLOCK + lanes
         x = load_f32(x_row + cols * sxn, cols < N, X_BITS)
         m, l = _lane_fold(m, l, x)
     mx, s = _lanes_total(m, l, BLOCK, LOG2B)
     # Second pass backwards: the chunks read last are the likeliest to be still in L2.
     for k in range(0, n_chunks):
-        _normalize_span(x_row, y_row, (n_chunks - 1 - k) * BLOCK, N, sxn, syn, mx, s, lanes,
+        _normalize_span(x_row, y_row, tl.cast(n_chunks - 1 - k, tl.int64) * BLOCK, N, sxn, syn, mx, s, lanes,
                         BLOCK, X_BITS, Y_BITS)
 
 

@@ -4,11 +4,16 @@ from __future__ import annotations
 import math
 
 from .registry import KernelSpec, register
-from .softmax import ROW_MAX_N, row_config, softmax, softmax_row
+from .softmax import (
+    ROW_MAX_N, online_depth, row_depth, softmax, softmax_depth, softmax_online, softmax_row, softmax_split,
+    split_depth,
+)
 
 
 def _row_depth(n: int) -> int:
-    return max(1, math.ceil(math.log2(row_config(1, n).block_n)))
+    # Per-thread sequential adds plus tree levels of tl.sum on the GPU (and NumPy's pairwise
+    # sum in the interpreter), for any rows-per-program: see kernels.softmax.row_depth.
+    return row_depth(n)
 
 
 register(KernelSpec(
@@ -19,4 +24,61 @@ register(KernelSpec(
     depth=_row_depth,
     configs=({"rows_per_program": 1}, {"rows_per_program": 4, "num_warps": 2}, {"block_n": 2048}),
     description="one program holds whole rows in registers",
+))
+
+
+# Online and split-row: the bits depend on the chunk sizes (block_n, chunks_per_block,
+# merge_block: the sums reassociate) but not on num_warps (per-lane state plus a fixed
+# pairwise tree), so only num_warps variants are listed as identical-bit configs.
+register(KernelSpec(
+    name="softmax_online",
+    family="softmax",
+    fn=softmax_online,
+    depth=online_depth,
+    configs=({"num_warps": 1}, {"num_warps": 4}, {"num_warps": 16}),
+    description="one program per row, running (max, sum) per lane over chunks, then a normalize pass",
+))
+
+register(KernelSpec(
+    name="softmax_split",
+    family="softmax",
+    fn=softmax_split,
+    depth=split_depth,
+    configs=({"num_warps": 1, "merge_warps": 1}, {"num_warps": 4, "merge_warps": 8},
+             {"num_warps": 16, "merge_warps": 2}),
+    description="many programs per row give (max, sum) pairs, a looped merge, a normalize pass",
+))
+
+register(KernelSpec(
+    name="softmax",
+    family="softmax",
+    fn=softmax,
+    depth=softmax_depth,
+    description="dispatcher: row / online / split-row from (M, N, dtype) and the GPU's SM count",
+))
+
+
+# ---- attention (kernels/attention.py) --------------------------------------------------------
+from ._runtime import INTERPRET as _INTERPRET  # noqa: E402
+from .attention import MAX_HEAD_DIM as _ATTN_MAX_D, attention as _attention, attn_config as _attn_config  # noqa: E402
+
+
+def _attention_blocking(head_dim: int, n: int, dtype) -> tuple[int, int]:
+    """(keys per block, key blocks per row) of the default launch: what the error bound needs."""
+    bn = _attn_config(head_dim, dtype).block_n
+    return bn, max(1, math.ceil(n / bn))
+
+
+register(KernelSpec(
+    name="attention",
+    family="attention",
+    fn=_attention,
+    max_head_dim=_ATTN_MAX_D,
+    # Launch knobs that change no arithmetic: rows per program (each row is computed by the same
+    # instructions; on the GPU 16 rows per warp are kept) and the pipelining depth. block_n is
+    # left out on purpose: it changes the online-softmax blocking, hence the rounding.
+    configs=(({"block_m": 16}, {"block_m": 64}) if _INTERPRET
+             else ({"block_m": 64, "num_warps": 4}, {"num_stages": 2})),
+    extra={"blocking": _attention_blocking},
+    description="fused attention forward: online softmax in exp2, fp32 accumulators, P in 16 bits",
 ))

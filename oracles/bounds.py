@@ -171,8 +171,8 @@ def attention_error_bound(oracle, *, block_n: int, n_blocks: int) -> np.ndarray:
                 lam = lam * (1 + 1e-9)
                 r = np.where(lam < 1.0, lam / (1.0 - lam), np.inf)
                 dev = np.where(p > 0, np.minimum(p * r, np.maximum(p, 1.0 - p)), 0.0)
+                w = np.where(p > 0, np.minimum(p * (1.0 + r), 1.0), 0.0)
             S = dev @ absv  # (M, D)
-            w = np.where(p > 0, np.minimum(p * (1.0 + r), 1.0), 0.0)
             o_row = sgn_o[b, h]  # (M, D)
             vv = oracle.v[b, h]  # (N, D), non-finite entries as 0
             spread = (w[:, :, None] * np.abs(vv[None, :, :] - o_row[:, None, :])).sum(axis=1)

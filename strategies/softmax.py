@@ -8,6 +8,7 @@ and drawing thousands of floats one at a time would dominate the run.
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import numpy as np
 from hypothesis import strategies as st
@@ -45,10 +46,41 @@ def _shape(draw, *, max_n: int, max_m: int, min_n: int = 1) -> tuple[int, int]:
     return draw(st.integers(1, max_m)), draw(row_lengths(max_n=max_n, min_n=min_n))
 
 
-def _finish(draw, values: np.ndarray, fmt: Format, label: str, strided: bool) -> Case:
-    layout = draw(layouts(strided=strided))
+def _finish(draw, values: np.ndarray, fmt: Format, label: str, strided: bool,
+            layout_strategy: SearchStrategy[Layout] | None = None) -> Case:
+    layout = draw(layout_strategy if strided and layout_strategy is not None else layouts(strided=strided))
     x = materialize(representable(values, fmt), fmt, layout, DEVICE)
     return Case(tensors={"x": x}, label=label)
+
+
+# ---- modes: one kind per case, or every kind at once ---------------------------------------------
+#
+# A class has several kinds (where the -inf runs go, which special value, where the peak is). A
+# case either uses one kind for all its rows (that branch comes first, so failures shrink to a
+# single simple kind) or, with about even odds, stacks one row per kind ("all"), with lengths
+# long enough for every kind to show. The ci profile runs only 12 examples per class test; the
+# "all" cases make every kind of the class near certain to be drawn in them
+# (tests/test_strategies.py proves it for the draws CI really makes).
+
+ALL = "all"
+
+
+def _mode(kinds: Sequence[str]) -> SearchStrategy[str]:
+    """One of `kinds` for the whole case (shrinks to the first), or ALL: one row per kind."""
+    return st.one_of(st.sampled_from(list(kinds)), st.just(ALL))
+
+
+def _long_lengths(*, max_n: int, min_n: int = 2, at_least: int = 1025) -> SearchStrategy[int]:
+    """Row lengths for the every-kind cases: past a 1024 block when max_n allows, any of them."""
+    lo = min(max_n, max(min_n, at_least))
+    fixed = sorted({v for v in (lo, 1025, 1537, 2047, 2048, 4097, max_n) if lo <= v <= max_n})
+    return st.one_of(st.integers(lo, max_n), st.sampled_from(fixed))
+
+
+def _largest_block_below(n: int) -> int:
+    """The widest tile of BLOCKS that a row of n fills and still spills past."""
+    fits = [b for b in BLOCKS if b < n]
+    return fits[-1] if fits else max(1, n // 2)
 
 
 # ---- the classes ---------------------------------------------------------------------------------
@@ -72,126 +104,194 @@ def elementwise_rows(draw, *, fmt: Format, max_n: int = 24, max_m: int = 3, stri
     return _finish(draw, v.reshape(m, n), fmt, "elementwise", strided)
 
 
+HUGE_KINDS = ("offset", "near_max", "spread")
+
+
+def _huge_row(draw, kind: str, n: int, rng: np.random.Generator, fmt: Format) -> np.ndarray:
+    u = rng.random(n)
+    if kind == "offset":
+        base = draw(st.sampled_from([1000.0, 1.0e4, 3.0e4] + ([] if fmt == FP16 else [1.0e6, 1.0e30])))
+        return base + u * draw(st.sampled_from([1.0, 8.0, 60.0]))
+    if kind == "near_max":
+        v = fmt.max_finite * (1.0 - u * 2.0 ** -draw(st.integers(1, 6)))
+        return v * np.where(rng.random(n) < draw(st.sampled_from([0.0, 0.5])), -1.0, 1.0)
+    spread = draw(st.sampled_from([100.0, 1000.0, 6.0e4] + ([] if fmt == FP16 else [1e10, 1e38])))
+    return -u * spread + draw(st.sampled_from([0.0, 100.0]))
+
+
 @composite
 def huge_magnitude_rows(draw, *, fmt: Format, max_n: int, max_m: int = 4, strided: bool = True) -> Case:
     """Values near the format's max, [1000, 1001]-style offsets (no max subtraction overflows),
     and spreads far above 88 so most exponentials underflow."""
     m, n = draw(_shape(max_n=max_n, max_m=max_m))
     rng = np.random.default_rng(draw(_seed()))
-    kind = draw(st.sampled_from(["offset", "near_max", "spread"]))
-    u = rng.random((m, n))
-    if kind == "offset":
-        base = draw(st.sampled_from([1000.0, 1.0e4, 3.0e4] + ([] if fmt == FP16 else [1.0e6, 1.0e30])))
-        v = base + u * draw(st.sampled_from([1.0, 8.0, 60.0]))
-    elif kind == "near_max":
-        v = fmt.max_finite * (1.0 - u * 2.0 ** -draw(st.integers(1, 6)))
-        v *= np.where(rng.random((m, n)) < draw(st.sampled_from([0.0, 0.5])), -1.0, 1.0)
-    else:
-        spread = draw(st.sampled_from([100.0, 1000.0, 6.0e4] + ([] if fmt == FP16 else [1e10, 1e38])))
-        v = -u * spread + draw(st.sampled_from([0.0, 100.0]))
-    return _finish(draw, v, fmt, f"huge_magnitude/{kind}", strided)
+    mode = draw(_mode(HUGE_KINDS))
+    kinds = list(HUGE_KINDS) if mode == ALL else [mode] * m
+    v = np.stack([_huge_row(draw, k, n, rng, fmt) for k in kinds])
+    return _finish(draw, v, fmt, f"huge_magnitude/{mode}", strided)
 
 
 @composite
 def very_negative_rows(draw, *, fmt: Format, max_n: int, max_m: int = 4, strided: bool = True) -> Case:
-    """Every value below -1e5 (below -1e4 in fp16, whose range ends at 65504): a finite
-    sentinel such as -1e4, -5e4 or finfo.min + x standing in for -inf shows at once."""
+    """Every value below -1e5 (below -1.1e4 in fp16, whose range ends at 65504; or below -5e4
+    there): a finite sentinel such as -1e4, -5e4 or finfo.min + x standing in for -inf shows."""
     m, n = draw(_shape(max_n=max_n, max_m=max_m))
     rng = np.random.default_rng(draw(_seed()))
-    top = -1.1e4 if fmt == FP16 else -1.0e5
-    floor = -fmt.max_finite if draw(st.booleans()) else top * 10
+    top = draw(st.sampled_from([-1.2e4, -5.1e4] if fmt == FP16 else [-1.01e5, -1.0e7]))
+    floor = -fmt.max_finite if draw(st.booleans()) else max(top * 10, -fmt.max_finite)
     v = top + (floor - top) * rng.random((m, n)) ** draw(st.sampled_from([1.0, 8.0]))
     return _finish(draw, v, fmt, "very_negative", strided)
 
 
-def _inf_runs(draw, n: int, rng: np.random.Generator) -> tuple[np.ndarray, str]:
-    """A mask of -inf runs: prefix, suffix, interior, whole aligned blocks, or the first block."""
+INF_RUN_KINDS = ("prefix", "suffix", "interior", "aligned_blocks", "first_block", "lead_block_low")
+
+
+def _inf_runs(draw, n: int, rng: np.random.Generator, kind: str) -> np.ndarray:
+    """A mask of -inf runs: prefix, suffix, interior, whole aligned blocks (at least one past the
+    first when there are two), the first block, or the widest block the row spills past."""
     mask = np.zeros(n, dtype=bool)
-    kind = draw(st.sampled_from(["prefix", "suffix", "interior", "aligned_blocks", "first_block"]))
     if kind in ("prefix", "suffix", "interior"):
         length = draw(st.integers(1, max(1, n - 1)))
         start = {"prefix": 0, "suffix": n - length}.get(kind) or draw(st.integers(0, n - length))
         mask[start:start + length] = True
+    elif kind == "lead_block_low":
+        mask[:_largest_block_below(n)] = True
     else:
         block = draw(st.sampled_from([b for b in BLOCKS if b < n] or [max(1, n // 2)]))
         nblocks = math.ceil(n / block)
-        chosen = [0] if kind == "first_block" else [i for i in range(nblocks) if rng.random() < 0.5]
+        if kind == "first_block":
+            chosen = [0]
+        else:
+            chosen = [i for i in range(nblocks) if rng.random() < 0.5]
+            if nblocks > 1 and not any(i > 0 for i in chosen):
+                chosen.append(int(rng.integers(1, nblocks)))
         for i in chosen:
             mask[i * block:(i + 1) * block] = True
     if mask.all() and n > 1:  # keep one visible logit: fully masked rows are their own class
-        mask[draw(st.integers(0, n - 1))] = False
-    return mask, kind
+        keep = n - 1 if kind == "lead_block_low" else draw(st.integers(0, n - 1))
+        mask[keep] = False
+    return mask
 
 
 @composite
 def neg_inf_padded_rows(draw, *, fmt: Format, max_n: int, max_m: int = 3, strided: bool = True) -> Case:
     """-inf runs anywhere, including whole power-of-two blocks and the first block; optionally
-    every visible logit below -90, which catches a guard that swaps a -inf max for 0."""
-    m, n = draw(_shape(max_n=max_n, max_m=max_m, min_n=2))
+    every visible logit below -90. `lead_block_low` rows mask the widest block the row spills
+    past (1024 for rows of 1025..2048) and put every visible logit below -90: a guard that swaps
+    a -inf running max for 0 then underflows them all. Every-kind cases have rows past 1024."""
+    mode = draw(_mode(INF_RUN_KINDS))
+    if mode == ALL:
+        kinds = list(INF_RUN_KINDS)
+        n = draw(_long_lengths(max_n=max_n))
+    else:
+        m, n = draw(_shape(max_n=max_n, max_m=max_m, min_n=2))
+        kinds = [mode] * m
     rng = np.random.default_rng(draw(_seed()))
     below_90 = draw(st.booleans())
-    v = rng.standard_normal((m, n)) * 3.0
+    v = rng.standard_normal((len(kinds), n)) * 3.0
     if below_90:
-        v = v - 95.0 - (0.0 if fmt == FP16 else 30.0 * rng.random((m, 1)))
-    kinds = []
-    for i in range(m):
-        mask, kind = _inf_runs(draw, n, rng)
-        v[i, mask] = NEG_INF
-        kinds.append(kind)
-    return _finish(draw, v, fmt, f"neg_inf_padding/{kinds[0]}{'/below-90' if below_90 else ''}", strided)
+        v = v - 95.0 - (0.0 if fmt == FP16 else 30.0 * rng.random((len(kinds), 1)))
+    for i, kind in enumerate(kinds):
+        if kind == "lead_block_low":
+            v[i] = -95.0 - 30.0 * rng.random(n)
+        v[i, _inf_runs(draw, n, rng, kind)] = NEG_INF
+    return _finish(draw, v, fmt, f"neg_inf_padding/{mode}{'/below-90' if below_90 else ''}", strided)
 
 
 @composite
 def fully_masked_rows(draw, *, fmt: Format, max_n: int, max_m: int = 5, strided: bool = True) -> Case:
-    """Rows that are entirely -inf at the start, middle and end of a batch (torch: all NaN)."""
-    m = draw(st.integers(1, max(1, max_m)))
+    """Rows that are entirely -inf at the start, middle and end of a batch (torch: all NaN).
+    Every-position cases have at least 5 rows, so clean rows sit between the masked ones."""
+    positions = ("first", "middle", "last")
+    where = draw(st.one_of(st.sets(st.sampled_from(positions), min_size=1), st.just(frozenset(positions))))
+    lo = 5 if len(where) == 3 else 1
+    m = draw(st.integers(lo, max(lo, max_m)))
     n = draw(row_lengths(max_n=max_n))
     v = np.random.default_rng(draw(_seed())).standard_normal((m, n))
-    where = draw(st.sets(st.sampled_from(["first", "middle", "last"]), min_size=1))
     for w in where:
         v[{"first": 0, "middle": m // 2, "last": m - 1}[w], :] = NEG_INF
     return _finish(draw, v, fmt, "fully_masked", strided)
 
 
+NAN_KINDS = ("random", "nan", "pos_inf", "nan_neg_inf", "pos_inf_neg_inf")
+_NAN_SPECIALS = {"nan": [np.nan], "pos_inf": [np.inf], "nan_neg_inf": [np.nan, NEG_INF],
+                 "pos_inf_neg_inf": [np.inf, NEG_INF]}
+
+
 @composite
 def nan_and_inf_rows(draw, *, fmt: Format, max_n: int, max_m: int = 4, strided: bool = True) -> Case:
-    """NaN and +inf alone and mixed with -inf, in some rows; the others must stay clean."""
-    m, n = draw(_shape(max_n=max_n, max_m=max_m))
+    """NaN and +inf alone and mixed with -inf, in some rows; the others must stay clean (with a
+    strided layout, the NaN guard data between rows is NaN that must stay invisible)."""
+    mode = draw(_mode(NAN_KINDS))
+    if mode == ALL:
+        kinds = [*NAN_KINDS, "clean"]
+        m, n = len(kinds), draw(row_lengths(max_n=max_n, min_n=2))
+    else:
+        m, n = draw(_shape(max_n=max_n, max_m=max_m))
+        chosen = draw(st.sets(st.integers(0, m - 1), min_size=1))
+        kinds = [mode if i in chosen else "clean" for i in range(m)]
     rng = np.random.default_rng(draw(_seed()))
     v = rng.standard_normal((m, n))
-    for i in sorted(draw(st.sets(st.integers(0, m - 1), min_size=1))):
-        specials = draw(st.lists(st.sampled_from([np.nan, np.inf, NEG_INF]), min_size=1, max_size=4))
-        for s in specials:
-            v[i, draw(st.integers(0, n - 1))] = s
-    return _finish(draw, v, fmt, "nan_inf", strided)
+    for i, kind in enumerate(kinds):
+        if kind == "random":
+            for s in draw(st.lists(st.sampled_from([np.nan, np.inf, NEG_INF]), min_size=1, max_size=4)):
+                v[i, draw(st.integers(0, n - 1))] = s
+        elif kind != "clean":
+            specials = _NAN_SPECIALS[kind]
+            count = min(n, len(specials) + int(rng.integers(0, 3)))
+            for j, pos in enumerate(rng.choice(n, size=count, replace=False)):
+                v[i, pos] = specials[min(j, len(specials) - 1)]
+    # Every-kind cases keep NaN guard data between the rows (row stride > N): a clean row next to
+    # NaN padding that must stay invisible.
+    gaps = st.builds(Layout, col_step=st.sampled_from([1, 2, 3]), row_pad=st.sampled_from([1, 7, 64]),
+                     offset=st.integers(0, 9), tail=st.integers(0, 8))
+    return _finish(draw, v, fmt, f"nan_inf/{mode}", strided, gaps if mode == ALL else None)
+
+
+PEAK_KINDS = ("anywhere", "tail", "head")
 
 
 @composite
 def peaked_rows(draw, *, fmt: Format, max_n: int, max_m: int = 3, strided: bool = True) -> Case:
-    """One value +20, the rest about 0: padding lanes that add exp(0) show at once."""
-    m, n = draw(_shape(max_n=max_n, max_m=max_m))
+    """One value +20, the rest about 0: padding lanes that add exp(0) show at once. Every-kind
+    cases have N = 2^k + 1, so the tail peak sits alone past the last full block."""
+    mode = draw(_mode(PEAK_KINDS))
+    if mode == ALL:
+        kinds = list(PEAK_KINDS)
+        tails = [(1 << k) + 1 for k in range(6, 31) if (1 << k) + 1 <= max_n] or [max_n]
+        m, n = len(kinds), draw(st.sampled_from(tails))
+    else:
+        m, n = draw(_shape(max_n=max_n, max_m=max_m))
+        kinds = [mode] * m
     rng = np.random.default_rng(draw(_seed()))
     v = rng.standard_normal((m, n)) * 0.01
-    tail = draw(st.booleans())  # the peak in the tail, past the last full block
-    for i in range(m):
-        v[i, n - 1 if tail else draw(st.integers(0, n - 1))] = 20.0
-    return _finish(draw, v, fmt, "peaked", strided)
+    for i, kind in enumerate(kinds):
+        v[i, {"tail": n - 1, "head": 0}.get(kind, None) or draw(st.integers(0, n - 1))] = 20.0
+    return _finish(draw, v, fmt, f"peaked/{mode}", strided)
 
 
 @composite
 def tied_rows(draw, *, fmt: Format, max_n: int, max_m: int = 3, strided: bool = True) -> Case:
-    """Constant rows and k equal maxima among -inf: exact results (1/2^k) must come out exact."""
-    m, n = draw(_shape(max_n=max_n, max_m=max_m))
+    """Constant rows and k equal maxima among -inf: exact results (1/2^k) must come out exact.
+    Every-kind cases have N = 2^j (a constant row gives exactly 2^-j) and k = 2^i < N maxima."""
     c = draw(exact_floats(fmt, allow_nan=False, allow_infinity=False))
-    kind = draw(st.sampled_from(["constant", "k_maxima"]))
-    v = np.full((m, n), c)
-    if kind == "k_maxima":
-        rng = np.random.default_rng(draw(_seed()))
-        k = min(n, 1 << draw(st.integers(0, 6)))
-        v[:] = NEG_INF
-        for i in range(m):
+    mode = draw(_mode(("constant", "k_maxima")))
+    rng = np.random.default_rng(draw(_seed()))
+    if mode == ALL:
+        j = draw(st.integers(1, max(1, max_n.bit_length() - 1)))
+        n = 1 << j
+        kinds = ["constant", "k_maxima"]
+        ks = [1, 1 << draw(st.integers(min(1, j - 1), max(0, j - 1)))]
+    else:
+        m, n = draw(_shape(max_n=max_n, max_m=max_m))
+        kinds = [mode] * m
+        ks = [min(n, 1 << draw(st.integers(0, 6)))] * m
+    v = np.full((len(kinds), n), c)
+    for i, (kind, k) in enumerate(zip(kinds, ks)):
+        if kind == "k_maxima":
+            v[i] = NEG_INF
             v[i, rng.choice(n, size=k, replace=False)] = c
-    return _finish(draw, v, fmt, f"ties/{kind}", strided)
+    return _finish(draw, v, fmt, f"ties/{mode}", strided)
 
 
 @composite
@@ -199,16 +299,18 @@ def subnormal_rows(draw, *, fmt: Format, max_n: int, max_m: int = 3, strided: bo
     """Subnormal inputs, and spreads whose outputs land in the subnormal range of `fmt`."""
     m, n = draw(_shape(max_n=max_n, max_m=max_m, min_n=2))
     rng = np.random.default_rng(draw(_seed()))
-    if draw(st.booleans()):
-        k = rng.integers(0, fmt.precision - 1, (m, n))
-        v = np.ldexp(rng.choice([-1.0, 1.0], (m, n)), fmt.emin - 1 - k)
-        label = "subnormal/inputs"
-    else:
-        lo, hi = -math.log(fmt.min_normal) - 1, -math.log(fmt.min_subnormal) + 1
-        v = -(lo + (hi - lo) * rng.random((m, n)))
-        v[:, draw(st.integers(0, n - 1))] = 0.0
-        label = "subnormal/outputs"
-    return _finish(draw, v, fmt, label, strided)
+    mode = draw(_mode(("inputs", "outputs")))
+    kinds = ["inputs", "outputs"] if mode == ALL else [mode] * m
+    v = np.empty((len(kinds), n))
+    for i, kind in enumerate(kinds):
+        if kind == "inputs":
+            k = rng.integers(0, fmt.precision - 1, n)
+            v[i] = np.ldexp(rng.choice([-1.0, 1.0], n), fmt.emin - 1 - k)
+        else:
+            lo, hi = -math.log(fmt.min_normal) - 1, -math.log(fmt.min_subnormal) + 1
+            v[i] = -(lo + (hi - lo) * rng.random(n))
+            v[i, draw(st.integers(0, n - 1))] = 0.0
+    return _finish(draw, v, fmt, f"subnormal/{mode}", strided)
 
 
 @composite
@@ -216,21 +318,30 @@ def long_uniform_rows(draw, *, fmt: Format, max_n: int, max_m: int = 2, strided:
     """Long rows of (nearly) equal values: an fp16 accumulator of the denominator stalls at 2048."""
     m = draw(st.integers(1, max_m))
     n = draw(st.integers(max(1, max_n // 2), max_n))
-    noise = draw(st.sampled_from([0.0, 1e-3]))
-    v = np.random.default_rng(draw(_seed())).standard_normal((m, n)) * noise
-    return _finish(draw, v, fmt, "long_uniform", strided)
+    mode = draw(_mode(("exact", "noisy")))
+    noise = [0.0, 1e-3] if mode == ALL else [{"exact": 0.0, "noisy": 1e-3}[mode]] * m
+    v = np.random.default_rng(draw(_seed())).standard_normal((len(noise), n)) * np.array(noise)[:, None]
+    return _finish(draw, v, fmt, f"long_uniform/{mode}", strided)
+
+
+SLOPES = (1e-3, 0.05, 1.0, 30.0)
 
 
 @composite
 def increasing_rows(draw, *, fmt: Format, max_n: int, max_m: int = 2, strided: bool = True) -> Case:
     """Rows increasing across block boundaries: the running max changes in every chunk, so a
-    missing rescale of the accumulated sum shows."""
-    m, n = draw(_shape(max_n=max_n, max_m=max_m, min_n=2))
+    missing rescale of the accumulated sum shows. Every-slope cases span 3+ blocks of 256."""
+    mode = draw(_mode([str(s) for s in SLOPES]))
+    if mode == ALL:
+        slopes = list(SLOPES)
+        n = draw(_long_lengths(max_n=max_n, at_least=3 * 256 + 1))
+    else:
+        m, n = draw(_shape(max_n=max_n, max_m=max_m, min_n=2))
+        slopes = [float(mode)] * m
     rng = np.random.default_rng(draw(_seed()))
-    slope = draw(st.sampled_from([1e-3, 0.05, 1.0, 30.0]))
-    v = np.cumsum(rng.random((m, n)) * slope, axis=1)
+    v = np.cumsum(rng.random((len(slopes), n)) * np.array(slopes)[:, None], axis=1)
     v -= v[:, -1:]
-    return _finish(draw, v, fmt, "increasing", strided)
+    return _finish(draw, v, fmt, f"increasing/{mode}", strided)
 
 
 CLASSES = {

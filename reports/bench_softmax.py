@@ -1,0 +1,177 @@
+"""Softmax throughput on the GPU: `python -m reports.bench_softmax [--tune] [--quick]`.
+
+For fp16, bf16 and fp32 and each shape below: GB/s (one read of x plus one write of y counted)
+of every variant the dispatcher may pick at that shape, of the dispatcher, of `torch.softmax`,
+and of the device-to-device copy ceiling (`y.copy_(x)` into a preallocated tensor of the same
+size), all measured in the same run with `triton.testing.do_bench` (warm-up, L2 flushed before
+each call, median). Prints a Markdown table and writes it to reports/softmax_bench.md (and JSON
+under $OUT when that is set). `--tune` adds a sweep of launch parameters for the chunked
+variants (for choosing the defaults; the chunk sizes change the bits, num_warps does not).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+import kernels  # noqa: F401  (first: the interpreter switch)
+from kernels import INTERPRET
+from kernels.softmax import (
+    ROW_MAX_N, choose_variant, online_config, sm_count, softmax, softmax_online, softmax_row, softmax_split,
+    split_config,
+)
+
+import triton
+from triton.testing import do_bench
+
+SHAPES = [(65536, 1024), (16384, 4096), (4096, 16384), (1024, 65536), (256, 262144), (64, 1048576),
+          (1, 67108864)]
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+VARIANTS = {"row": softmax_row, "online": softmax_online, "split": softmax_split}
+
+
+def gbps(ms: float, nbytes: int) -> float:
+    return nbytes / (ms * 1e-3) / 1e9
+
+
+def bench(fn, *, rep: int = 100) -> float:
+    return do_bench(fn, warmup=25, rep=rep, return_mode="median")
+
+
+def candidates(m: int, n: int) -> list[str]:
+    """Variants worth timing at (m, n): every one the dispatcher could sensibly pick."""
+    out = ["row"] if n <= ROW_MAX_N else []
+    if n > 4096:
+        out += ["online", "split"]
+    return out
+
+
+def check_close(name: str, y: torch.Tensor, ref: torch.Tensor) -> str:
+    err = (y.float() - ref.float()).abs().max().item()
+    tol = {torch.float16: 1e-3, torch.bfloat16: 8e-3, torch.float32: 1e-6}[y.dtype]
+    return "" if err <= tol else f" (max |diff| vs torch {err:.3g}!)"
+
+
+def run_main(shapes, dtypes, *, rep: int) -> tuple[list[dict], list[str]]:
+    rows, notes = [], []
+    sms = sm_count(torch.device("cuda"))
+    for dname in dtypes:
+        dtype = DTYPES[dname]
+        for m, n in shapes:
+            torch.manual_seed(0)
+            x = torch.randn(m, n, device="cuda", dtype=dtype) * 4
+            y = torch.empty_like(x)
+            nbytes = 2 * x.numel() * x.element_size()
+            rec = {"dtype": dname, "M": m, "N": n, "dispatch": choose_variant(m, n, dtype, sms)}
+            rec["copy"] = gbps(bench(lambda: y.copy_(x), rep=rep), nbytes)
+            ref = torch.softmax(x, -1)
+            rec["torch"] = gbps(bench(lambda: torch.softmax(x, -1), rep=rep), nbytes)
+            for v in candidates(m, n):
+                f = VARIANTS[v]
+                warn = check_close(v, f(x, out=y), ref)
+                if warn:
+                    notes.append(f"{dname} {m}x{n} {v}{warn}")
+                rec[v] = gbps(bench(lambda: f(x, out=y), rep=rep), nbytes)
+            warn = check_close("softmax", softmax(x, out=y), ref)
+            if warn:
+                notes.append(f"{dname} {m}x{n} dispatcher{warn}")
+            rec["softmax"] = gbps(bench(lambda: softmax(x, out=y), rep=rep), nbytes)
+            rows.append(rec)
+            print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in rec.items()}),
+                  flush=True)
+            del x, y, ref
+            torch.cuda.empty_cache()
+    return rows, notes
+
+
+def run_tune(rep: int) -> list[dict]:
+    """Sweep the chunked variants' launch parameters at the shapes they serve."""
+    out = []
+    sweeps = {
+        "online": [dict(block_n=b, num_warps=w) for b, w in
+                   ((1024, 4), (2048, 4), (2048, 8), (4096, 4), (4096, 8), (8192, 8), (8192, 16))],
+        "split": [dict(block_n=b, chunks_per_block=c, num_warps=w) for b, c, w in
+                  ((2048, 16, 4), (2048, 32, 8), (4096, 8, 8), (4096, 16, 8), (4096, 32, 8),
+                   (8192, 8, 8), (8192, 8, 16))],
+    }
+    shapes = {"online": [(1024, 65536), (2048, 32768), (256, 262144)],
+              "split": [(256, 262144), (64, 1048576), (1, 67108864)]}
+    for dname in ("fp16", "fp32"):
+        dtype = DTYPES[dname]
+        for variant, cfgs in sweeps.items():
+            f = VARIANTS[variant]
+            for m, n in shapes[variant]:
+                x = torch.randn(m, n, device="cuda", dtype=dtype)
+                y = torch.empty_like(x)
+                nbytes = 2 * x.numel() * x.element_size()
+                res = {"dtype": dname, "variant": variant, "M": m, "N": n}
+                if variant == "online" and n <= ROW_MAX_N:
+                    res["row"] = round(gbps(bench(lambda: softmax_row(x, out=y), rep=rep), nbytes), 1)
+                for cfg in cfgs:
+                    key = ",".join(f"{k}={v}" for k, v in cfg.items())
+                    try:
+                        res[key] = round(gbps(bench(lambda: f(x, out=y, **cfg), rep=rep), nbytes), 1)
+                    except Exception as e:  # a config the hardware rejects (registers, smem)
+                        res[key] = f"error: {type(e).__name__}"
+                print("TUNE", json.dumps(res), flush=True)
+                out.append(res)
+                del x, y
+    return out
+
+
+def markdown(rows: list[dict], notes: list[str]) -> str:
+    props = torch.cuda.get_device_properties(0)
+    lines = [
+        "# Softmax throughput",
+        "",
+        f"GPU: {props.name} ({props.multi_processor_count} SMs), date {dt.date.today().isoformat()}, "
+        f"torch {torch.__version__}, triton {triton.__version__}. "
+        "GB/s count one read of x and one write of y; `triton.testing.do_bench` median, L2 flushed "
+        "before each call; copy = `y.copy_(x)` of the same bytes, measured in the same run.",
+        "",
+        "| dtype | M x N | dispatch | row | online | split | dispatcher | torch | copy "
+        "| disp/copy | disp/torch |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        def cell(k: str) -> str:
+            return f"{r[k]:.0f}" if k in r else "-"
+        lines.append(
+            f"| {r['dtype']} | {r['M']}x{r['N']} | {r['dispatch']} | {cell('row')} | {cell('online')} "
+            f"| {cell('split')} | {cell('softmax')} | {cell('torch')} | {cell('copy')} "
+            f"| {r['softmax'] / r['copy']:.2f} | {r['softmax'] / r['torch']:.2f} |")
+    lines += ["", "Targets: dispatcher >= 0.90 x copy where the row fits on one SM; >= 1.2 x torch "
+              "everywhere; 1x67108864 >= 0.85 x (2/3 x copy) = 0.57 x copy (three passes)."]
+    if notes:
+        lines += ["", "Correctness warnings (fp32 max |diff| vs torch.softmax):", *[f"- {s}" for s in notes]]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tune", action="store_true", help="also sweep the chunked variants' parameters")
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    ap.add_argument("--out", default=str(Path(__file__).with_name("softmax_bench.md")))
+    args = ap.parse_args(argv)
+    if INTERPRET:
+        print("bench_softmax needs a GPU (the interpreter would take hours)", file=sys.stderr)
+        return 2
+    rep = 40 if args.quick else 100
+    tune = run_tune(rep) if args.tune else []
+    rows, notes = run_main(SHAPES, list(DTYPES), rep=rep)
+    md = markdown(rows, notes)
+    Path(args.out).write_text(md)
+    print(md)
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], "softmax_bench.json").write_text(json.dumps({"rows": rows, "tune": tune}))
+        Path(os.environ["OUT"], "softmax_bench.md").write_text(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

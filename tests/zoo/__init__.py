@@ -1,0 +1,46 @@
+"""The known-bad zoo: small broken Triton kernels, one real bug class each (NUMERICS.md section 5).
+
+They exist to measure the suite: every one must be caught by the default (ci) suite, run as an
+external kernel, e.g.
+
+    pytest --kernel tests/zoo/softmax_bugs.py:online_rescale_nan --family softmax -x
+
+(`python -m reports --kill-matrix` runs them all, `tests/test_zoo.py` asserts it). They are never
+registered in `kernels/` and nothing in the production code imports them.
+
+Each module lists its kernels in `ZOO`: name -> `ZooKernel` (the broken function, the same code
+with the bug switched off, the bug class, the real-world references and one input that triggers
+it). `tests/test_zoo.py` checks on that input that the broken kernel is wrong and its fixed twin is
+right, so a kill is the bug's doing and not an unrelated defect of the zoo kernel.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+
+@dataclass(frozen=True)
+class ZooKernel:
+    name: str
+    family: str  # "softmax" | "attention"
+    bug_class: str  # the row of NUMERICS.md section 5
+    references: str
+    broken: Callable[..., torch.Tensor]
+    fixed: Callable[..., torch.Tensor]
+    trigger: Callable[[], dict[str, Any]]  # kwargs for the kernel: an input the bug gets wrong
+    caps: dict[str, Any] = field(default_factory=dict)  # the `flashcheck` capabilities
+    property_hint: str = ""  # which property is expected to see it (documentation only)
+
+
+def zoo(family: str | None = None) -> list[ZooKernel]:
+    from . import attention_bugs, softmax_bugs
+
+    out = list(softmax_bugs.ZOO.values()) + list(attention_bugs.ZOO.values())
+    return [z for z in out if family is None or z.family == family]
+
+
+def module_path(z: ZooKernel) -> str:
+    """The FILE.py path (relative to the repository root) that `--kernel` takes."""
+    return f"tests/zoo/{'softmax' if z.family == 'softmax' else 'attention'}_bugs.py"

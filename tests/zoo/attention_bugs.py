@@ -1,0 +1,2 @@
+"""placeholder"""
+ZOO = {}

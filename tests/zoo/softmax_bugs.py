@@ -1,0 +1,451 @@
+"""Known-bad softmax kernels: each reproduces one real bug class of NUMERICS.md section 5.
+
+Three small kernel templates in the style real Triton softmax kernels use, each with a `BUG`
+constexpr that switches exactly one defect on (BUG = 0 is the correct kernel, the "fixed twin"):
+
+* `_row_kernel`: one program per row, the row in registers (BLOCK_N = next power of two >= 256).
+* `_online_kernel`: one program per row, a running (max, sum) over chunks of BLOCK (256, 512).
+* `_split_*_kernel`: split-row, a (max, sum) per span of 256, a merge per row, a normalize pass.
+
+Plus two kernels whose defect only a metamorphic property can see: results that depend on the
+launch configuration, and an `out=` view whose strides are ignored.
+
+Every public attribute below is a plain `fn(x)` (with a `flashcheck` dict when it declares launch
+configurations) that validates its input like a production kernel, so the suite catches the bug,
+not a missing TypeError. Run one with
+`pytest --kernel tests/zoo/softmax_bugs.py:NAME --family softmax -x`.
+
+Not reproduced: int32 offset overflow (xformers #719; M * N > 2^31 elements): the interpreter
+computes offsets in NumPy int64 and such tensors (8 GiB in fp32) are GPU-sized; it can only be
+caught on a GPU, by a test with M * N > 2^31, which the CPU suite never draws.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+
+import numpy as np
+import torch
+
+import kernels  # noqa: F401  (the interpreter switch, before triton)
+from kernels._common import LOG2E, bf16_as_bits, check_float, check_out, kernel_view, load_f32, store_f32, tl, triton
+from tests.zoo import ZooKernel
+
+_LOG2E = tl.constexpr(LOG2E)
+
+# Bug switches (constexpr values).
+NONE, STRIDES, ZERO_PAD, SENTINEL, NAN_SWALLOW, NO_MAX = 0, 1, 2, 3, 4, 5
+RESCALE_NAN, STICKY, NO_RESCALE, FP16_SUM, TAIL = 11, 12, 13, 14, 15
+MERGE_NAN = 21
+
+
+def _validate(x: torch.Tensor) -> None:
+    check_float("x", x)
+    if x.dim() != 2:
+        raise ValueError(f"x must be 2-D (M, N), got shape {tuple(x.shape)}")
+
+
+# --------------------------------------------------------------------------------------------
+# Row kernel
+# --------------------------------------------------------------------------------------------
+
+@triton.jit
+def _row_kernel(x_ptr, y_ptr, N, sxm, sxn, sym, syn,
+                BLOCK_N: tl.constexpr, X_BITS: tl.constexpr, Y_BITS: tl.constexpr, BUG: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    if BUG == 1:  # STRIDES: offsets as if x were contiguous
+        x = load_f32(x_ptr + row * N + cols, mask, X_BITS)
+    else:
+        x = load_f32(x_ptr + row * sxm + cols * sxn, mask, X_BITS)
+    if BUG == 2:  # ZERO_PAD: padding lanes hold 0 instead of -inf
+        x = tl.where(mask, x, 0.0)
+    if BUG == 3:  # SENTINEL: -inf (inputs and padding) replaced by a finite -5e4
+        x = tl.where(x == float("-inf"), -5.0e4, x)
+    if BUG == 4:  # NAN_SWALLOW: a NaN-dropping max and a where that masks NaN out
+        x = tl.where(x != x, float("-inf"), x)
+    if BUG == 5:  # NO_MAX: exp(x) / sum exp(x)
+        e = tl.exp2(x * _LOG2E)
+    else:
+        m = tl.max(x, axis=0)
+        e = tl.exp2((x - m) * _LOG2E)
+    y = e / tl.sum(e, axis=0)
+    store_f32(y_ptr + row * sym + cols * syn, y, mask, Y_BITS)
+
+
+def _row(x: torch.Tensor, bug: int) -> torch.Tensor:
+    _validate(x)
+    m, n = x.shape
+    y = torch.empty_like(x, memory_format=torch.contiguous_format)
+    if x.numel() == 0:
+        return y
+    _row_kernel[(m,)](kernel_view(x), kernel_view(y), n, x.stride(0), x.stride(1), y.stride(0), y.stride(1),
+                      BLOCK_N=max(256, triton.next_power_of_2(n)), X_BITS=bf16_as_bits(x.dtype),
+                      Y_BITS=bf16_as_bits(y.dtype), BUG=bug)
+    return y
+
+
+# --------------------------------------------------------------------------------------------
+# Online (streaming) kernel
+# --------------------------------------------------------------------------------------------
+
+@triton.jit
+def _online_kernel(x_ptr, y_ptr, N, sxm, sxn, sym, syn,
+                   BLOCK: tl.constexpr, X_BITS: tl.constexpr, Y_BITS: tl.constexpr, BUG: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * sxm
+    y_row = y_ptr + row * sym
+    lanes = tl.arange(0, BLOCK)
+    m = tl.max(tl.full([BLOCK], float("-inf"), tl.float32), axis=0)
+    l = tl.sum(tl.zeros([BLOCK], tl.float32), axis=0)
+    if BUG == 15:  # TAIL: only the full tiles
+        n_iter = N // BLOCK
+    else:
+        n_iter = tl.cdiv(N, BLOCK)
+    for k in range(0, n_iter):
+        cols = k * BLOCK + lanes
+        x = load_f32(x_row + cols * sxn, cols < N, X_BITS)
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        if BUG == 12:  # STICKY: "avoid -inf - -inf": a -inf max becomes 0, and stays
+            m_new = tl.where(m_new == float("-inf"), 0.0, m_new)
+        if BUG == 11:  # RESCALE_NAN: no guard, exp(-inf - -inf) = NaN on a masked block
+            ref = m_new
+        else:
+            ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2((m - ref) * _LOG2E)
+        psum = tl.sum(tl.exp2((x - ref) * _LOG2E), axis=0)
+        if BUG == 13:  # NO_RESCALE: the old sum is not rescaled when the max grows
+            l = l + psum
+        else:
+            l = l * alpha + psum
+        if BUG == 14:  # FP16_SUM: the denominator accumulates in fp16
+            l = l.to(tl.float16).to(tl.float32)
+        m = m_new
+    for k in range(0, n_iter):
+        cols = k * BLOCK + lanes
+        mask = cols < N
+        x = load_f32(x_row + cols * sxn, mask, X_BITS)
+        store_f32(y_row + cols * syn, tl.exp2((x - m) * _LOG2E) / l, mask, Y_BITS)
+
+
+def _online(x: torch.Tensor, bug: int, block: int = 256) -> torch.Tensor:
+    _validate(x)
+    m, n = x.shape
+    # zeros, not empty: what a dropped tail leaves behind stays the same from run to run
+    y = torch.zeros(x.shape, dtype=x.dtype, device=x.device)
+    if x.numel() == 0:
+        return y
+    _online_kernel[(m,)](kernel_view(x), kernel_view(y), n, x.stride(0), x.stride(1), y.stride(0), y.stride(1),
+                         BLOCK=block, X_BITS=bf16_as_bits(x.dtype), Y_BITS=bf16_as_bits(y.dtype), BUG=bug)
+    return y
+
+
+# --------------------------------------------------------------------------------------------
+# Split-row kernel
+# --------------------------------------------------------------------------------------------
+
+@triton.jit
+def _split_stats_kernel(x_ptr, ws_m, ws_l, N, NB, sxm, sxn, SPAN: tl.constexpr, X_BITS: tl.constexpr):
+    pid = tl.program_id(0).to(tl.int64)
+    row = pid // NB
+    cols = (pid % NB) * SPAN + tl.arange(0, SPAN)
+    x = load_f32(x_ptr + row * sxm + cols * sxn, cols < N, X_BITS)
+    mx = tl.max(x, axis=0)
+    ref = tl.where(mx == float("-inf"), 0.0, mx)
+    tl.store(ws_m + pid, mx)
+    tl.store(ws_l + pid, tl.sum(tl.exp2((x - ref) * _LOG2E), axis=0))
+
+
+@triton.jit
+def _split_merge_kernel(ws_m, ws_l, row_m, row_l, NB, BUG: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    m = tl.max(tl.full([2], float("-inf"), tl.float32), axis=0)  # the empty state (-inf, 0)
+    l = tl.sum(tl.zeros([2], tl.float32), axis=0)
+    for j in range(0, NB):
+        mi = tl.load(ws_m + row * NB + j)
+        li = tl.load(ws_l + row * NB + j)
+        m_new = tl.maximum(m, mi)
+        if BUG == 21:  # MERGE_NAN: two empty states give exp(-inf - -inf) = NaN
+            ref = m_new
+        else:
+            ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+        l = l * tl.exp2((m - ref) * _LOG2E) + li * tl.exp2((mi - ref) * _LOG2E)
+        m = m_new
+    tl.store(row_m + row, m)
+    tl.store(row_l + row, l)
+
+
+@triton.jit
+def _split_normalize_kernel(x_ptr, y_ptr, row_m, row_l, N, NB, sxm, sxn, sym, syn,
+                            SPAN: tl.constexpr, X_BITS: tl.constexpr, Y_BITS: tl.constexpr):
+    pid = tl.program_id(0).to(tl.int64)
+    row = pid // NB
+    cols = (pid % NB) * SPAN + tl.arange(0, SPAN)
+    mask = cols < N
+    x = load_f32(x_ptr + row * sxm + cols * sxn, mask, X_BITS)
+    y = tl.exp2((x - tl.load(row_m + row)) * _LOG2E) / tl.load(row_l + row)
+    store_f32(y_ptr + row * sym + cols * syn, y, mask, Y_BITS)
+
+
+def _split(x: torch.Tensor, bug: int, span: int = 256) -> torch.Tensor:
+    _validate(x)
+    m, n = x.shape
+    y = torch.empty_like(x, memory_format=torch.contiguous_format)
+    if x.numel() == 0:
+        return y
+    nb = triton.cdiv(n, span)
+    ws = torch.empty((2, m * nb), dtype=torch.float32, device=x.device)
+    st = torch.empty((2, m), dtype=torch.float32, device=x.device)
+    xk, yk, xb, yb = kernel_view(x), kernel_view(y), bf16_as_bits(x.dtype), bf16_as_bits(y.dtype)
+    _split_stats_kernel[(m * nb,)](xk, ws[0], ws[1], n, nb, x.stride(0), x.stride(1), SPAN=span, X_BITS=xb)
+    _split_merge_kernel[(m,)](ws[0], ws[1], st[0], st[1], nb, BUG=bug)
+    _split_normalize_kernel[(m * nb,)](xk, yk, st[0], st[1], n, nb, x.stride(0), x.stride(1), y.stride(0),
+                                       y.stride(1), SPAN=span, X_BITS=xb, Y_BITS=yb)
+    return y
+
+
+# --------------------------------------------------------------------------------------------
+# Launch-configuration dependence, and an `out=` whose strides are ignored
+# --------------------------------------------------------------------------------------------
+
+@triton.jit
+def _chunked_sum_kernel(x_ptr, y_ptr, N, sxm, sxn, sym, syn,
+                        CHUNK: tl.constexpr, X_BITS: tl.constexpr, Y_BITS: tl.constexpr):
+    """Three passes: the max, the sum chunk by chunk (sequential over chunks: the rounding of the
+    sum depends on CHUNK), the normalize. Every choice of CHUNK is within the error bound."""
+    row = tl.program_id(0).to(tl.int64)
+    lanes = tl.arange(0, CHUNK)
+    m = tl.max(tl.full([CHUNK], float("-inf"), tl.float32), axis=0)
+    for k in range(0, tl.cdiv(N, CHUNK)):
+        cols = k * CHUNK + lanes
+        m = tl.maximum(m, tl.max(load_f32(x_ptr + row * sxm + cols * sxn, cols < N, X_BITS), axis=0))
+    s = tl.sum(tl.zeros([CHUNK], tl.float32), axis=0)
+    for k in range(0, tl.cdiv(N, CHUNK)):
+        cols = k * CHUNK + lanes
+        x = load_f32(x_ptr + row * sxm + cols * sxn, cols < N, X_BITS)
+        s = s + tl.sum(tl.exp2((x - m) * _LOG2E), axis=0)
+    for k in range(0, tl.cdiv(N, CHUNK)):
+        cols = k * CHUNK + lanes
+        mask = cols < N
+        x = load_f32(x_ptr + row * sxm + cols * sxn, mask, X_BITS)
+        store_f32(y_ptr + row * sym + cols * syn, tl.exp2((x - m) * _LOG2E) / s, mask, Y_BITS)
+
+
+def _chunked(x: torch.Tensor, chunk: int) -> torch.Tensor:
+    _validate(x)
+    m, n = x.shape
+    y = torch.empty_like(x, memory_format=torch.contiguous_format)
+    if x.numel() == 0:
+        return y
+    _chunked_sum_kernel[(m,)](kernel_view(x), kernel_view(y), n, x.stride(0), x.stride(1), y.stride(0),
+                              y.stride(1), CHUNK=chunk, X_BITS=bf16_as_bits(x.dtype), Y_BITS=bf16_as_bits(y.dtype))
+    return y
+
+
+def _out_view(x: torch.Tensor, out: torch.Tensor | None, bug: bool) -> torch.Tensor:
+    _validate(x)
+    if out is None:
+        out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    else:
+        check_out(out, tuple(x.shape), x.dtype, x)
+    m, n = x.shape
+    if x.numel() == 0:
+        return out
+    # the bug: the launcher hands the kernel the strides of a contiguous output, whatever `out` is
+    sym, syn = (n, 1) if bug else (out.stride(0), out.stride(1))
+    _row_kernel[(m,)](kernel_view(x), kernel_view(out), n, x.stride(0), x.stride(1), sym, syn,
+                      BLOCK_N=max(256, triton.next_power_of_2(n)), X_BITS=bf16_as_bits(x.dtype),
+                      Y_BITS=bf16_as_bits(out.dtype), BUG=NONE)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The zoo
+# --------------------------------------------------------------------------------------------
+
+def online_rescale_nan(x: torch.Tensor) -> torch.Tensor:
+    """exp(-inf - -inf) = NaN in the online rescale: a row whose first chunk (256) is all -inf
+    makes the running max -inf - -inf. FlashInfer #4267/#4451 and PR #1178; FlashAttention #1930;
+    PyTorch #127055; vLLM PR #4405."""
+    return _online(x, RESCALE_NAN)
+
+
+def sticky_max_zero(x: torch.Tensor) -> torch.Tensor:
+    """A guard that swaps a -inf running max for 0 and keeps it: after a fully masked leading
+    chunk, logits all below -90 are exponentiated against 0 and underflow (0 / 0 = NaN or lost
+    precision). FlashAttention #2082."""
+    return _online(x, STICKY)
+
+
+def finite_sentinel(x: torch.Tensor) -> torch.Tensor:
+    """A finite sentinel (-5e4) for -inf, in the padding lanes and for -inf inputs: rows whose
+    logits all lie below it are dominated by the padding; fully masked rows come out uniform.
+    FlashInfer #4267 (-5e4), HabanaAI vllm-fork #275."""
+    return _row(x, SENTINEL)
+
+
+def no_max_subtraction(x: torch.Tensor) -> torch.Tensor:
+    """exp(x) / sum exp(x) without subtracting the max: [1000, 1001] overflows to inf / inf, very
+    negative rows underflow to 0 / 0. tt-metal #12661, vLLM #56578."""
+    return _row(x, NO_MAX)
+
+
+def zero_padding(x: torch.Tensor) -> torch.Tensor:
+    """Padding lanes (N up to the power-of-two block) read as 0 instead of -inf: each adds
+    exp(0 - max) to the sum, and becomes the max of an all-negative row. verl PR #5349,
+    PyTorch #196678."""
+    return _row(x, ZERO_PAD)
+
+
+def tail_dropped(x: torch.Tensor) -> torch.Tensor:
+    """Only the full 512-wide tiles are processed: the last N mod 512 columns are neither summed
+    nor written (rows shorter than 512 not at all). JAX #27224; the CuTe row kernel that splits
+    N by 512."""
+    return _online(x, TAIL, block=512)
+
+
+def strides_ignored(x: torch.Tensor) -> torch.Tensor:
+    """Offsets computed as row * N + col: right for contiguous inputs only; transposed, sliced,
+    padded or offset views read the wrong elements (here: the NaN guard data around the view).
+    FlagGems PR #5723, MLX PR #658, burn #4815."""
+    return _row(x, STRIDES)
+
+
+def nan_swallowed(x: torch.Tensor) -> torch.Tensor:
+    """NaN dropped instead of propagated: a maxnum-style max (tl.maximum ignores NaN on the GPU)
+    plus a where that masks NaN out as if it were -inf. intel torch-xpu-ops PR #5022."""
+    return _row(x, NAN_SWALLOW)
+
+
+def fp16_denominator(x: torch.Tensor) -> torch.Tensor:
+    """The running denominator is kept in fp16 (rounded after every 256-chunk): 2^-11 relative
+    per step, stalling for long uniform rows. ik_llama.cpp PR #1196, tinygrad PR #4985."""
+    return _online(x, FP16_SUM)
+
+
+def missing_rescale(x: torch.Tensor) -> torch.Tensor:
+    """The accumulated sum is not rescaled by exp(m_old - m_new) when a later chunk raises the
+    max: rows increasing across chunk boundaries get a denominator that is far too large.
+    ROCm CK_TILE PR #6498."""
+    return _online(x, NO_RESCALE)
+
+
+def split_merge_nan(x: torch.Tensor) -> torch.Tensor:
+    """Split-row merge of per-span (max, sum) pairs without the empty-state guard: merging an
+    all -inf span (-inf, 0) into the initial (-inf, 0) computes exp(-inf - -inf) = NaN.
+    FlashInfer #4051 (merge of two empty states)."""
+    return _split(x, MERGE_NAN)
+
+
+def config_dependent_bits(x: torch.Tensor, *, block_n: int = 256) -> torch.Tensor:
+    """The sum's rounding depends on the launch configuration (block_n): every configuration is
+    within the error bound, but the same input gives different bits under different launch
+    parameters (batch- and tile-dependent reductions: the 'batch invariance' failures of LLM
+    inference, Thinking Machines, 'Defeating Nondeterminism in LLM Inference', 2025; split-K
+    reductions whose result depends on the tile). Only the configurations property sees it."""
+    return _chunked(x, block_n)
+
+
+config_dependent_bits.flashcheck = {"configs": ({"block_n": 512}, {"block_n": 1024})}
+
+
+def out_strides_ignored(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """`out=` accepted but written as if contiguous: a strided output view gets its rows in the
+    wrong places, over the bytes around it. The output-side twin of the strides class (FlagGems
+    PR #5723, MLX PR #658: kernels that assume contiguous tensors). Only the guard-band property,
+    which passes an `out=` view inside a sentinel buffer, sees it."""
+    return _out_view(x, out, bug=True)
+
+
+# ---- fixed twins and triggers (tests/test_zoo.py) -------------------------------------------------
+
+def _fixed_config(x: torch.Tensor, *, block_n: int = 256) -> torch.Tensor:
+    return _chunked(x, 256)
+
+
+def _fixed_out(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    return _out_view(x, out, bug=False)
+
+
+def _t(values, dtype=torch.float32) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(values, dtype=np.float64)).to(dtype)
+
+
+def _rng(seed: int = 0) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def _lead_masked(n: int, block: int, low: bool) -> dict:
+    v = _rng().standard_normal((2, n))
+    if low:
+        v = -100.0 - 20.0 * _rng(1).random((2, n))
+    v[:, :block] = -np.inf
+    return {"x": _t(v)}
+
+
+def _guarded_out_trigger() -> dict:
+    x = _t(_rng().standard_normal((3, 300)))
+    buf = torch.full((3 * 310 + 5,), 7.0)
+    return {"x": x, "out": buf[5:].as_strided((3, 300), (310, 1))}
+
+
+_TRIGGERS = {
+    "online_rescale_nan": lambda: _lead_masked(600, 256, low=False),
+    "sticky_max_zero": lambda: _lead_masked(600, 256, low=True),
+    "finite_sentinel": lambda: {"x": _t(-1.0e5 - 1.0e4 * _rng().random((2, 300)))},
+    "no_max_subtraction": lambda: {"x": _t([[1000.0, 1001.0]])},
+    "zero_padding": lambda: {"x": _t(_rng().standard_normal((2, 300)))},
+    "tail_dropped": lambda: {"x": _t(_rng().standard_normal((2, 1000)))},
+    "strides_ignored": lambda: {"x": _t(_rng().standard_normal((64, 32))).t()},
+    "nan_swallowed": lambda: {"x": _t([[1.0, np.nan, 2.0]])},
+    "fp16_denominator": lambda: {"x": _t(_rng().standard_normal((2, 1000)))},
+    "missing_rescale": lambda: {"x": _t(np.cumsum(0.1 * _rng().random((2, 600)), axis=1))},
+    "split_merge_nan": lambda: _lead_masked(600, 256, low=False),
+    "config_dependent_bits": lambda: {"x": _t(_rng().standard_normal((4, 1500)))},
+    "out_strides_ignored": _guarded_out_trigger,
+}
+
+_CLASSES = {
+    "online_rescale_nan": ("exp(-inf - -inf) = NaN in the online rescale", "matches_oracle"),
+    "sticky_max_zero": ("guard that swaps a -inf max for 0 (sticky max)", "matches_oracle"),
+    "finite_sentinel": ("finite sentinel for -inf", "matches_oracle"),
+    "no_max_subtraction": ("no max subtraction / overflow", "matches_oracle"),
+    "zero_padding": ("padding filled with 0 instead of -inf", "matches_oracle"),
+    "tail_dropped": ("tail dropped when N is not a multiple of the tile", "matches_oracle"),
+    "strides_ignored": ("strides ignored", "matches_oracle"),
+    "nan_swallowed": ("NaN swallowed by the max", "matches_oracle"),
+    "fp16_denominator": ("fp16 accumulation of the denominator", "matches_oracle"),
+    "missing_rescale": ("missing rescale of the accumulator when the max grows", "matches_oracle"),
+    "split_merge_nan": ("exp(-inf - -inf) = NaN in a merge of two empty states (split-row)", "matches_oracle"),
+    "config_dependent_bits": ("launch configurations give different bits", "configs_identical"),
+    "out_strides_ignored": ("output strides ignored (writes outside the out= view)", "guard_bands"),
+}
+
+_FIXED = {
+    "online_rescale_nan": functools.partial(_online, bug=NONE),
+    "sticky_max_zero": functools.partial(_online, bug=NONE),
+    "finite_sentinel": functools.partial(_row, bug=NONE),
+    "no_max_subtraction": functools.partial(_row, bug=NONE),
+    "zero_padding": functools.partial(_row, bug=NONE),
+    "tail_dropped": functools.partial(_online, bug=NONE, block=512),
+    "strides_ignored": functools.partial(_row, bug=NONE),
+    "nan_swallowed": functools.partial(_row, bug=NONE),
+    "fp16_denominator": functools.partial(_online, bug=NONE),
+    "missing_rescale": functools.partial(_online, bug=NONE),
+    "split_merge_nan": functools.partial(_split, bug=NONE),
+    "config_dependent_bits": _fixed_config,
+    "out_strides_ignored": _fixed_out,
+}
+
+ZOO: dict[str, ZooKernel] = {}
+for _name, (_cls, _hint) in _CLASSES.items():
+    _fn = globals()[_name]
+    ZOO[_name] = ZooKernel(
+        name=_name, family="softmax", bug_class=_cls,
+        references=" ".join(inspect.getdoc(_fn).split()),
+        broken=_fn, fixed=_FIXED[_name], trigger=_TRIGGERS[_name],
+        caps=dict(getattr(_fn, "flashcheck", {})), property_hint=_hint,
+    )
+
+__all__ = list(ZOO)
