@@ -140,7 +140,7 @@ def _attn_fwd_kernel(
     H, M, N, D, qk_scale,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_KVLEN: tl.constexpr, BF16_BITS: tl.constexpr, IS_FP32: tl.constexpr,
-    EVEN_D: tl.constexpr, REVERSE_M: tl.constexpr,
+    EVEN_D: tl.constexpr, REVERSE_M: tl.constexpr, WIDE: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     if REVERSE_M:  # causal: the longest rows first, the cheap ones fill the tail
@@ -159,14 +159,21 @@ def _attn_fwd_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d < D
 
-    # 64-bit offsets: batch/head bases and every in-tile offset are int64; the key loop only
-    # adds a scalar (start_n * stride) to pointers computed once.
-    offs_m64 = offs_m.to(tl.int64)
-    offs_n64 = offs_n.to(tl.int64)
-    offs_d64 = offs_d.to(tl.int64)
-    q_ptrs = q_ptr + b * sqb + h * sqh + offs_m64[:, None] * sqm + offs_d64[None, :] * sqd
-    k_ptrs = k_ptr + b * skb + h * skh + offs_n64[None, :] * skn + offs_d64[:, None] * skd
-    v_ptrs = v_ptr + b * svb + h * svh + offs_n64[:, None] * svn + offs_d64[None, :] * svd
+    # 64-bit offsets: the scalar bases (batch, head, first row of the block, first key of a
+    # block) are int64; in-tile offsets are int32 unless a stride is so large that (BLOCK - 1) *
+    # stride could pass 2^31 (WIDE, decided by the launcher). Pointers are formed once; the key
+    # loop only adds a scalar.
+    rm = tl.arange(0, BLOCK_M)
+    rn = offs_n
+    rd = offs_d
+    if WIDE:
+        rm = rm.to(tl.int64)
+        rn = rn.to(tl.int64)
+        rd = rd.to(tl.int64)
+    row0 = start_m.to(tl.int64)
+    q_ptrs = q_ptr + (b * sqb + h * sqh + row0 * sqm) + (rm[:, None] * sqm + rd[None, :] * sqd)
+    k_ptrs = k_ptr + (b * skb + h * skh) + (rn[None, :] * skn + rd[:, None] * skd)
+    v_ptrs = v_ptr + (b * svb + h * svh) + (rn[:, None] * svn + rd[None, :] * svd)
     q_mask = (offs_m < M)[:, None] & d_mask[None, :]
     q = _load_tile(q_ptrs, q_mask, True, BF16_BITS)
 
@@ -194,7 +201,7 @@ def _attn_fwd_kernel(
     # Rows that saw no key have l == 0 and acc == 0: exact zeros. NaN rows keep NaN (NaN != 0).
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     o = acc / l_safe[:, None]
-    o_ptrs = o_ptr + b * sob + h * soh + offs_m64[:, None] * som + offs_d64[None, :] * sod
+    o_ptrs = o_ptr + (b * sob + h * soh + row0 * som) + (rm[:, None] * som + rd[None, :] * sod)
     store_f32(o_ptrs, o, q_mask, BF16_BITS)
 
 
@@ -304,6 +311,13 @@ def _check_inputs(q, k, v, causal, scale, kv_lens) -> None:
                 raise ValueError(f"kv_lens values must lie in [0, N] = [0, {n}], got min {lo}, max {hi}")
 
 
+def _wide(cfg: AttnConfig, *ts: torch.Tensor) -> bool:
+    """Whether in-tile offsets ((BLOCK - 1) * |stride| summed over the tile's two dims) could
+    exceed int32; then the kernel computes them in int64."""
+    span = max(cfg.block_m, cfg.block_n, cfg.block_d)
+    return any(span * (abs(t.stride(2)) + abs(t.stride(3))) >= 2**31 for t in ts)
+
+
 def attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -336,7 +350,7 @@ def attention(
     qk_scale = float(np.float32(sc * LOG2E))
     bits = bf16_as_bits(q.dtype)
     qk_, kk_, vk_, ok_ = kernel_view(q), kernel_view(k), kernel_view(v), kernel_view(o)
-    kvl = kv_lens if kv_lens is not None else o  # any pointer; unused without HAS_KVLEN
+    kvl = kv_lens.contiguous() if kv_lens is not None else o  # o: any pointer, unused without HAS_KVLEN
     grid = (triton.cdiv(M, cfg.block_m), B * H)
     _attn_fwd_kernel[grid](
         qk_, kk_, vk_, ok_, kvl,
@@ -345,6 +359,7 @@ def attention(
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=cfg.block_d,
         CAUSAL=bool(causal), HAS_KVLEN=kv_lens is not None, BF16_BITS=bits,
         IS_FP32=q.dtype == torch.float32, EVEN_D=cfg.block_d == D, REVERSE_M=bool(causal),
+        WIDE=_wide(cfg, q, k, v, o),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return o

@@ -193,9 +193,14 @@ def _softmax_online_kernel(
     m = tl.full([BLOCK], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK], dtype=tl.float32)
     n_chunks = tl.cdiv(N, BLOCK)
+    # Each iteration issues the next chunk's load before folding the current one (two chunks
+    # in flight per thread); the last prefetch is fully masked.
+    cols = lanes.to(tl.int64)
+    x_next = load_f32(x_row + cols * sxn, cols < N, X_BITS)
     for k in range(0, n_chunks):
-        cols = tl.cast(k, tl.int64) * BLOCK + lanes
-        x = load_f32(x_row + cols * sxn, cols < N, X_BITS)
+        x = x_next
+        cols = tl.cast(k + 1, tl.int64) * BLOCK + lanes
+        x_next = load_f32(x_row + cols * sxn, cols < N, X_BITS)
         m, l = _lane_fold(m, l, x)
     mx, s = _lanes_total(m, l, BLOCK, LOG2B)
     # Second pass backwards: the chunks read last are the likeliest to be still in L2.
@@ -219,9 +224,9 @@ def online_config(n: int = 0, dtype: torch.dtype = torch.float16, *, block_n: in
         block = block_n
     elif INTERPRET:
         block = 64  # CPU rows of hundreds to thousands take several chunks
-    else:
-        block = 4096 if dtype.itemsize == 2 else 2048
-    warps = num_warps or (1 if INTERPRET else max(1, min(8, block // 256)))
+    else:  # from the H200 sweep in reports/bench_softmax.py --tune
+        block = 2048 if dtype.itemsize == 2 else 4096
+    warps = num_warps or (1 if INTERPRET else max(1, min(8, block // 512)))
     return OnlineConfig(block, warps)
 
 
@@ -267,9 +272,12 @@ def _split_stats_kernel(
     lanes = tl.arange(0, BLOCK)
     m = tl.full([BLOCK], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK], dtype=tl.float32)
-    for i in range(ITERS):
-        cols = base + i * BLOCK + lanes
-        x = load_f32(x_row + cols * sxn, cols < N, X_BITS)
+    cols = base + lanes
+    x_next = load_f32(x_row + cols * sxn, cols < N, X_BITS)
+    for i in range(ITERS):  # prefetch as in the online kernel
+        x = x_next
+        cols = base + (i + 1) * BLOCK + lanes
+        x_next = load_f32(x_row + cols * sxn, (cols < N) & (i + 1 < ITERS), X_BITS)
         m, l = _lane_fold(m, l, x)
     mx, s = _lanes_total(m, l, BLOCK, LOG2B)
     tl.store(ws_m + pid, mx)
@@ -337,15 +345,14 @@ def split_config(n: int = 0, dtype: torch.dtype = torch.float16, *, block_n: int
                  num_warps: int | None = None, merge_warps: int | None = None) -> SplitConfig:
     if INTERPRET:  # several spans and several merge steps on CPU-sized rows
         block, iters, mb = 32, 2, 4
-    else:
-        block = 4096 if dtype.itemsize == 2 else 2048
-        iters, mb = 16, 1024
+    else:  # from the H200 sweep in reports/bench_softmax.py --tune
+        block, iters, mb = 2048, 16, 1024
     block = _pow2("block_n", block_n) if block_n is not None else block
     iters = chunks_per_block or iters
     if iters < 1:
         raise ValueError(f"chunks_per_block must be >= 1, got {iters}")
     mb = _pow2("merge_block", merge_block) if merge_block is not None else mb
-    warps = num_warps or (1 if INTERPRET else max(1, min(8, block // 256)))
+    warps = num_warps or (1 if INTERPRET else max(1, min(8, block // 512)))
     mwarps = merge_warps or (1 if INTERPRET else 4)
     return SplitConfig(block, iters, mb, warps, mwarps)
 

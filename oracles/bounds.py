@@ -121,12 +121,14 @@ def attention_error_bound(oracle, *, block_n: int, n_blocks: int) -> np.ndarray:
                                       tau16 (2^-25, 2^-134) below the normals; exp2 may flush a
                                       p^ below 2^-126 (absolute 2^-126 more)
       l = sum of P~ (fp32), acc = sum of P~ v (fp32)
-    The row sum uses the rounded P~, so o = sum P~ v / sum P~ and P's rounding only reweights:
-      |delta o| <= u16 / (1 - u16) * (sum_j min(p_j (1 + r_j), 1) |v_j - o*| + 2 S)
+    If the row sum uses the rounded P~ (kernels/attention.py), o = sum P~ v / sum P~ and P's
+    rounding only reweights: |delta o| <= u16 sum_j p_j |v_j - o*|, zero for V of all ones. If
+    it uses the fp32 p^ (FlashAttention), |delta o| <= u16 sum_j p_j |v_j|. The bound takes the
+    larger of the two, so it holds for either convention (w_j = min(p_j (1 + r_j), 1) >= p^_j):
+      |delta o| <= u16 / (1 - u16) * (max(sum_j w_j |v_j - o*|, sum_j w_j |v_j|) + 2 S)
                  + (tau16 + 2^-126) * c_l * sum_{j visible} (|v_j| + |o*| + S)
     with c_l >= 1 / l (l >= 1 - u16 as the running max's own weight is ~1; also 1/l ~ p_max).
-    This is the `c1 * u16 * sum_j p_j |v_j|` term with c1 = 1 on sum p_j |v_j - o*|
-    (<= 2 sum p_j |v_j|); it vanishes for V of all ones.
+    This is the `c1 * u16 * sum_j p_j |v_j|` term of NUMERICS.md with c1 = 1 (up to (1 + r_j)).
 
       fp32 accumulation               each key's term goes through one P @ V dot (2 block_n u, the
                                       tensor-core model), one add into acc (u) and, per later
@@ -175,7 +177,8 @@ def attention_error_bound(oracle, *, block_n: int, n_blocks: int) -> np.ndarray:
             S = dev @ absv  # (M, D)
             o_row = sgn_o[b, h]  # (M, D)
             vv = oracle.v[b, h]  # (N, D), non-finite entries as 0
-            spread = (w[:, :, None] * np.abs(vv[None, :, :] - o_row[:, None, :])).sum(axis=1)
+            spread = np.maximum((w[:, :, None] * np.abs(vv[None, :, :] - o_row[:, None, :])).sum(axis=1),
+                                w @ absv)
             prec16 = u16 / (1.0 - u16) * (spread + 2.0 * S) if is16 else 0.0
             jmax = np.argmax(p, axis=1)
             pmax = p.max(axis=1)

@@ -39,7 +39,7 @@ import torch
 from hypothesis import given, strategies as st
 from hypothesis.strategies import composite
 
-from kernels import DEVICE
+from kernels import DEVICE, INTERPRET
 from kernels.registry import KernelSpec
 from oracles.bounds import ftz_allowed, softmax_ulp_bound
 from oracles.formats import BF16, FP16, Format, format_of, to_float64, ulp_distance
@@ -51,6 +51,15 @@ from tests.harness import check, prop
 from tests.test_softmax import max_n_for
 
 FAMILY = "softmax"
+# Each example calls the kernel several times: rows up to 640 on the CPU (past the dispatcher's
+# row-kernel limit and past two 256-wide chunks), the core suite's lengths on a GPU.
+META_MAX_N = 640 if INTERPRET else None
+
+
+def meta_max_n(spec: KernelSpec) -> int:
+    return min(max_n_for(spec), META_MAX_N or max_n_for(spec))
+
+
 META_PROPERTIES = ("shift_invariant", "permutation_equivariant", "configs_identical", "deterministic",
                    "guard_bands", "nan_guard_invisible")
 
@@ -166,12 +175,25 @@ def permutation_equivariant(spec: KernelSpec, case: Case) -> None:
             f"{dist[i, j]:g} ULPs > 2 x {bound[i, j]:g}\n  {_where(case)}")
 
 
+_DEFAULT: dict[str, tuple[KernelSpec, torch.Tensor, torch.Tensor]] = {}
+
+
+def _default_output(spec: KernelSpec, x: torch.Tensor) -> torch.Tensor:
+    """The default launch's output, shared by the properties checked on the same case."""
+    hit = _DEFAULT.get("last")
+    if hit is not None and hit[0] is spec and hit[1] is x:
+        return hit[2]
+    y = _run(spec, x)
+    _DEFAULT["last"] = (spec, x, y)
+    return y
+
+
 @prop(FAMILY, "configs_identical")
 def configs_identical(spec: KernelSpec, case: Case) -> None:
     x = case.tensors["x"]
     if not spec.configs:
         return
-    y = _run(spec, x)
+    y = _default_output(spec, x)
     for cfg in spec.configs:
         diff = _first_diff(y, _run(spec, x, **cfg))
         if diff:
@@ -181,7 +203,7 @@ def configs_identical(spec: KernelSpec, case: Case) -> None:
 @prop(FAMILY, "deterministic")
 def deterministic(spec: KernelSpec, case: Case) -> None:
     x = case.tensors["x"]
-    diff = _first_diff(_run(spec, x), _run(spec, x))
+    diff = _first_diff(_default_output(spec, x), _run(spec, x))
     if diff:
         raise AssertionError(f"{spec.name}: two runs on the same input differ: {diff}\n  {_where(case)}")
 
@@ -309,19 +331,19 @@ def out_view_cases(draw, *, fmt: Format, max_n: int) -> Case:
 
 @given(data=st.data())
 def test_shift_invariance(spec: KernelSpec, dtype: torch.dtype, data: st.DataObject) -> None:
-    case = data.draw(shift_cases(fmt=format_of(dtype), max_n=max_n_for(spec)), label="case")
+    case = data.draw(shift_cases(fmt=format_of(dtype), max_n=meta_max_n(spec)), label="case")
     check(spec, "shift_invariant", case)
 
 
 @given(data=st.data())
 def test_permutation_equivariance(spec: KernelSpec, dtype: torch.dtype, data: st.DataObject) -> None:
-    case = data.draw(permuted_cases(fmt=format_of(dtype), max_n=max_n_for(spec)), label="case")
+    case = data.draw(permuted_cases(fmt=format_of(dtype), max_n=meta_max_n(spec)), label="case")
     check(spec, "permutation_equivariant", case)
 
 
 @given(data=st.data())
 def test_configs_and_determinism(spec: KernelSpec, dtype: torch.dtype, data: st.DataObject) -> None:
-    case = data.draw(softmax_cases(fmt=format_of(dtype), max_n=max_n_for(spec)), label="case")
+    case = data.draw(softmax_cases(fmt=format_of(dtype), max_n=meta_max_n(spec)), label="case")
     check(spec, "deterministic", case)
     check(spec, "configs_identical", case)
 
@@ -331,11 +353,11 @@ def test_guard_bands(spec: KernelSpec, dtype: torch.dtype, data: st.DataObject) 
     if not accepts_out(spec):
         pytest.skip(f"{spec.name} takes no out= argument (an external kernel declares it by accepting "
                     f"`out` or **kwargs), so there is no output view to guard")
-    case = data.draw(out_view_cases(fmt=format_of(dtype), max_n=max_n_for(spec)), label="case")
+    case = data.draw(out_view_cases(fmt=format_of(dtype), max_n=meta_max_n(spec)), label="case")
     check(spec, "guard_bands", case)
 
 
 @given(data=st.data())
 def test_nan_guard_invisible(spec: KernelSpec, dtype: torch.dtype, data: st.DataObject) -> None:
-    case = data.draw(softmax_cases(fmt=format_of(dtype), max_n=max_n_for(spec)), label="case")
+    case = data.draw(softmax_cases(fmt=format_of(dtype), max_n=meta_max_n(spec)), label="case")
     check(spec, "nan_guard_invisible", case)

@@ -1,0 +1,294 @@
+"""The kill matrix: the default (ci) suite run against every kernel of the known-bad zoo.
+
+`python -m reports --kill-matrix` (or `python -m reports.kill_matrix`) runs, for each zoo kernel,
+
+    CI=true pytest tests --kernel tests/zoo/<family>_bugs.py:NAME --family <family> -x
+           -p no:xdist -p no:cacheprovider --fixture-dir <out>/kill_fixtures/NAME -p reports.kill_matrix
+
+in a subprocess (the suite exactly as CI runs it against an external kernel, stopping at the first
+failure), and writes `kill_matrix.md` and `kill_matrix.json`: bug class x the test and property
+that caught it, how many examples (distinct cases checked, over every test run so far), kernel
+calls and seconds it took until the first failing check, and the shrunk counterexample (the
+exact-bit fixture the harness saved, and the failure message).
+
+This module is also the pytest plugin that measures those numbers inside the subprocess (`-p
+reports.kill_matrix`, active only when FLASHCHECK_KILL_JSON names the file to write): it wraps the
+kernel under test to count calls and every registered property to note the first failure.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = Path(__file__).resolve().parent / "out"
+KILL_ENV = "FLASHCHECK_KILL_JSON"
+
+# ---- the pytest plugin (inside the subprocess) ---------------------------------------------------
+
+_S: dict[str, Any] = {}
+
+
+def _active() -> bool:
+    return bool(os.environ.get(KILL_ENV))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config) -> None:  # noqa: ANN001
+    if not _active():
+        return
+    _S.update(t0=time.perf_counter(), calls=0, cases=0, last_case=None, first=None, last_fail=None,
+              tests_passed=0, tests_failed=[], kernel=None)
+
+    # After tests/conftest.py has put the external kernel in the registry: count its calls.
+    from kernels.registry import REGISTRY
+
+    if REGISTRY:
+        spec = REGISTRY[0]
+        inner = spec.fn
+
+        @functools.wraps(inner)
+        def counted(*a, **kw):
+            _S["calls"] += 1
+            return inner(*a, **kw)
+
+        REGISTRY[0] = dataclasses.replace(spec, fn=counted)
+        _S["kernel"] = spec.name
+
+
+
+def pytest_collection_finish(session) -> None:  # noqa: ANN001
+    if not _active():
+        return
+    from tests import harness
+
+    for key, fn in list(harness.PROPERTIES.items()):
+        harness.PROPERTIES[key] = _watch(key[1], fn)
+
+
+def _watch(name: str, fn):
+    @functools.wraps(fn)
+    def watched(spec, case):
+        if case is not _S["last_case"]:
+            _S["last_case"] = case
+            _S["cases"] += 1
+        try:
+            return fn(spec, case)
+        except Exception as exc:
+            record = {"property": name, "case": repr(case), "message": f"{type(exc).__name__}: {exc}",
+                      "exception": type(exc).__name__}
+            if _S["first"] is None:
+                _S["first"] = dict(record, seconds=round(time.perf_counter() - _S["t0"], 2),
+                                   examples=_S["cases"], kernel_calls=_S["calls"],
+                                   tests_passed_before=_S["tests_passed"])
+            _S["last_fail"] = record  # after shrinking: the minimal case Hypothesis replays last
+            raise
+    return watched
+
+
+def pytest_runtest_logreport(report) -> None:  # noqa: ANN001
+    if not _active():
+        return
+    if report.when == "call" and report.passed:
+        _S["tests_passed"] += 1
+    elif report.failed:
+        text = str(report.longrepr)
+        _S["tests_failed"].append({"nodeid": report.nodeid, "when": report.when,
+                                   "duration": round(report.duration, 2),
+                                   "summary": text.strip().splitlines()[-1][:400] if text.strip() else ""})
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:  # noqa: ANN001
+    if not _active():
+        return
+    out = {k: _S.get(k) for k in ("kernel", "calls", "cases", "first", "last_fail", "tests_passed", "tests_failed")}
+    out["exitstatus"] = int(exitstatus)
+    out["wall_seconds"] = round(time.perf_counter() - _S.get("t0", time.perf_counter()), 2)
+    Path(os.environ[KILL_ENV]).write_text(json.dumps(out, indent=1))
+
+
+# ---- the runner ------------------------------------------------------------------------------------
+
+def _clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_", "HYPOTHESIS_")) and k not in ("CI",)}
+    env["CI"] = "true"  # the derandomized ci profile
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
+
+
+def _fixture_summary(directory: Path) -> dict[str, Any] | None:
+    paths = sorted(directory.glob("*.json"))
+    if not paths:
+        return None
+    payload = json.loads(paths[0].read_text())
+    tensors = {k: {"dtype": t["dtype"], "shape": t["shape"], "stride": t["stride"],
+                   "storage_offset": t["storage_offset"], "values": t["values"][:12]}
+               for k, t in payload["tensors"].items()}
+    return {"file": str(paths[0]), "property": payload["property"], "label": payload["label"],
+            "kwargs": payload["kwargs"], "tensors": tensors, "message": payload["message"]}
+
+
+def run_zoo_kernel(z, *, out_dir: Path | None = None, first_only: bool = True, timeout: float = 900,
+                   extra_args: list[str] | None = None) -> dict[str, Any]:
+    """Run the default ci suite against one zoo kernel (a `tests.zoo.ZooKernel`) in a subprocess."""
+    from tests.zoo import module_path
+
+    tmp = Path(tempfile.mkdtemp(prefix=f"kill-{z.name}-"))
+    fixtures = (out_dir / "kill_fixtures" / z.name) if out_dir else tmp / "fixtures"
+    shutil.rmtree(fixtures, ignore_errors=True)
+    fixtures.mkdir(parents=True, exist_ok=True)
+    result_json = tmp / "result.json"
+    cmd = [sys.executable, "-m", "pytest", "tests", f"--kernel={module_path(z)}:{z.name}", f"--family={z.family}",
+           "-p", "no:xdist", "-p", "no:cacheprovider", "-p", "reports.kill_matrix", "-q", "--no-header",
+           "-W", "ignore::DeprecationWarning", f"--fixture-dir={fixtures}", *(["-x"] if first_only else []),
+           *(extra_args or [])]
+    env = _clean_env()
+    env[KILL_ENV] = str(result_json)
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        rc, tail = proc.returncode, (proc.stdout + proc.stderr)[-3000:]
+    except subprocess.TimeoutExpired as e:
+        rc, tail = -1, f"timed out after {timeout}s\n" + str(e.stdout or "")[-2000:]
+    wall = time.perf_counter() - t0
+    data = json.loads(result_json.read_text()) if result_json.exists() else {}
+    shutil.rmtree(tmp, ignore_errors=True)
+    first = data.get("first")
+    failed = data.get("tests_failed") or []
+    # Caught: the run failed (exit 1) and the first failure is a check the suite made
+    # (a property's AssertionError, or a test's own assertion), not a crash of the zoo kernel.
+    caught = rc == 1 and bool(failed) and (first is None or first["exception"] == "AssertionError")
+    return {
+        "name": z.name, "family": z.family, "bug_class": z.bug_class, "references": z.references,
+        "caught": caught, "returncode": rc, "wall_seconds": round(wall, 1),
+        "caught_by_test": failed[0]["nodeid"] if failed else None,
+        "caught_by_property": first["property"] if first else None,
+        "seconds_to_first_failure": first["seconds"] if first else None,
+        "examples_to_first_failure": first["examples"] if first else None,
+        "kernel_calls_to_first_failure": first["kernel_calls"] if first else None,
+        "tests_passed_before": first["tests_passed_before"] if first else data.get("tests_passed"),
+        "first_message": first["message"] if first else (failed[0]["summary"] if failed else None),
+        "shrunk_case": (data.get("last_fail") or {}).get("case"),
+        "shrunk_message": (data.get("last_fail") or {}).get("message"),
+        "fixture": _fixture_summary(fixtures),
+        "all_failures": failed,
+        "output_tail": None if caught else tail,
+    }
+
+
+def run_all(names: list[str] | None = None, *, jobs: int = 2, out_dir: Path | None = None,
+            first_only: bool = True, log=print) -> list[dict[str, Any]]:
+    from tests.zoo import zoo
+
+    chosen = [z for z in zoo() if not names or z.name in names]
+
+    def one(z):
+        r = run_zoo_kernel(z, out_dir=out_dir, first_only=first_only)
+        log(f"  {z.name:<24} {'caught' if r['caught'] else 'SURVIVED'} by {r['caught_by_test']} "
+            f"[{r['caught_by_property']}] in {r['seconds_to_first_failure']}s ({r['wall_seconds']}s wall)")
+        return r
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(one, chosen))
+
+
+# ---- the report -----------------------------------------------------------------------------------
+
+def _short_test(nodeid: str | None) -> str:
+    if not nodeid:
+        return "-"
+    file, _, rest = nodeid.partition("::")
+    return f"{Path(file).stem}::{rest}"
+
+
+def _case_cell(r: dict[str, Any]) -> str:
+    fx = r.get("fixture")
+    if fx:
+        parts = []
+        for k, t in fx["tensors"].items():
+            vals = ", ".join(str(v) for v in t["values"][:6])
+            parts.append(f"{k} {tuple(t['shape'])} {t['dtype']} stride={tuple(t['stride'])} "
+                         f"off={t['storage_offset']}: [{vals}{', ...' if len(t['values']) > 6 else ''}]")
+        kw = {k: v for k, v in fx["kwargs"].items() if v not in (None, False)}
+        return f"`{fx['label']}` " + "; ".join(parts) + (f"; {kw}" if kw else "")
+    return (r.get("shrunk_case") or "-").replace("|", "/")
+
+
+def to_markdown(rows: list[dict[str, Any]], env: dict[str, str]) -> str:
+    caught = sum(r["caught"] for r in rows)
+    out = ["# flashcheck kill matrix", "",
+           f"{env['date']} on {env['device']}; torch {env['torch']}, triton {env['triton']}. The default suite "
+           "(`ci` profile: derandomized, 12 examples per Hypothesis test) run against each known-bad zoo kernel "
+           "(`tests/zoo/`) with `-x`. **Caught by**: the first failing test and the property that failed; "
+           "**examples**: distinct cases checked (over every test run so far) up to and including the first "
+           "failing one; **calls**: kernel calls until then; **s**: seconds from the start of the session to the "
+           "first failing check; **shrunk counterexample**: the case Hypothesis shrank to (the exact-bit fixture).",
+           "", f"**{caught} of {len(rows)} caught.**", "",
+           "| zoo kernel | bug class | caught by (test) | property | examples | calls | s | shrunk counterexample |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        status = "" if r["caught"] else " **SURVIVED**"
+        out.append(f"| {r['family']}/{r['name']}{status} | {r['bug_class']} | {_short_test(r['caught_by_test'])} | "
+                   f"{r['caught_by_property'] or '-'} | {r['examples_to_first_failure'] or '-'} | "
+                   f"{r['kernel_calls_to_first_failure'] or '-'} | {r['seconds_to_first_failure'] or '-'} | "
+                   f"{_case_cell(r)} |")
+    out += ["", "## Failure messages (after shrinking)", ""]
+    for r in rows:
+        msg = (r.get("shrunk_message") or r.get("first_message") or "-").strip()
+        out += [f"### {r['family']}/{r['name']}", "", f"{r['bug_class']}. {r['references']}", "", "```",
+                msg[:1500], "```", ""]
+    return "\n".join(out)
+
+
+def _environment() -> dict[str, str]:
+    import datetime as dt
+
+    import torch
+    import triton
+
+    from kernels import INTERPRET
+
+    return {"date": dt.date.today().isoformat(), "device": "Triton interpreter (CPU)" if INTERPRET
+            else torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
+
+
+def main(argv: list[str] | None = None, *, out: Path | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m reports --kill-matrix", description=__doc__.splitlines()[0])
+    p.add_argument("--zoo", action="append", help="only this zoo kernel (repeatable)")
+    p.add_argument("--jobs", type=int, default=2, help="zoo kernels run in parallel (default 2)")
+    p.add_argument("--all-failures", action="store_true",
+                   help="run every test instead of stopping at the first failure (slow)")
+    p.add_argument("--out", type=Path, default=out or DEFAULT_OUT)
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    env = _environment()
+    print(f"flashcheck kill matrix on {env['device']}")
+    t0 = time.perf_counter()
+    rows = run_all(args.zoo, jobs=args.jobs, out_dir=args.out, first_only=not args.all_failures)
+    (args.out / "kill_matrix.md").write_text(to_markdown(rows, env))
+    (args.out / "kill_matrix.json").write_text(json.dumps({"environment": env, "rows": rows}, indent=1))
+    survivors = [r["name"] for r in rows if not r["caught"]]
+    print(f"wrote {args.out / 'kill_matrix.md'}, kill_matrix.json in {time.perf_counter() - t0:.0f}s: "
+          f"{len(rows) - len(survivors)} of {len(rows)} caught")
+    if survivors:
+        print(f"SURVIVED (a strategy or property is missing): {survivors}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
