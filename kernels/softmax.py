@@ -225,8 +225,8 @@ def online_config(n: int = 0, dtype: torch.dtype = torch.float16, *, block_n: in
     elif INTERPRET:
         block = 64  # CPU rows of hundreds to thousands take several chunks
     else:  # from the H200 sweep in reports/bench_softmax.py --tune
-        block = 2048 if dtype.itemsize == 2 else 4096
-    warps = num_warps or (1 if INTERPRET else max(1, min(8, block // 512)))
+        block = 4096
+    warps = num_warps or (1 if INTERPRET else max(1, min(8, block // 1024)))
     return OnlineConfig(block, warps)
 
 
@@ -346,13 +346,13 @@ def split_config(n: int = 0, dtype: torch.dtype = torch.float16, *, block_n: int
     if INTERPRET:  # several spans and several merge steps on CPU-sized rows
         block, iters, mb = 32, 2, 4
     else:  # from the H200 sweep in reports/bench_softmax.py --tune
-        block, iters, mb = 2048, 16, 1024
+        block, iters, mb = 4096, 8, 1024
     block = _pow2("block_n", block_n) if block_n is not None else block
     iters = chunks_per_block or iters
     if iters < 1:
         raise ValueError(f"chunks_per_block must be >= 1, got {iters}")
     mb = _pow2("merge_block", merge_block) if merge_block is not None else mb
-    warps = num_warps or (1 if INTERPRET else max(1, min(8, block // 512)))
+    warps = num_warps or (1 if INTERPRET else max(1, min(8, block // 1024)))
     mwarps = merge_warps or (1 if INTERPRET else 4)
     return SplitConfig(block, iters, mb, warps, mwarps)
 

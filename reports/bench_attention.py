@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(r)
                 print(f"{r['dtype']} {shape} causal={causal}: ours {r['ours']:.0f}, flash {r['flash']}, "
                       f"cudnn {r['cudnn']} TFLOP/s; max |ours - sdpa| {r.get('max_abs_diff_vs_sdpa')}"
-                      + (f"; best sweep {r['best_sweep']}" if args.sweep else ""), flush=True)
+                      + (f"; best sweep {r['best_sweep']}" if "best_sweep" in r else ""), flush=True)
     md = to_markdown(rows)
     print(md)
     args.out.write_text(md)

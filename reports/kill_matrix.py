@@ -36,6 +36,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
 KILL_ENV = "FLASHCHECK_KILL_JSON"
+NO_SHRINK_ENV = "FLASHCHECK_KILL_NO_SHRINK"
 
 # ---- the pytest plugin (inside the subprocess) ---------------------------------------------------
 
@@ -77,6 +78,15 @@ def pytest_collection_finish(session) -> None:  # noqa: ANN001
 
     for key, fn in list(harness.PROPERTIES.items()):
         harness.PROPERTIES[key] = _watch(key[1], fn)
+    if os.environ.get(NO_SHRINK_ENV):
+        # Only "is it caught": generation is unchanged (derandomized), shrinking is skipped.
+        from hypothesis import Phase, settings
+
+        for item in session.items:
+            obj = getattr(item, "obj", None)
+            s = getattr(obj, "_hypothesis_internal_use_settings", None)
+            if s is not None and getattr(obj, "is_hypothesis_test", False) and Phase.shrink in s.phases:
+                obj._hypothesis_internal_use_settings = settings(s, phases=[Phase.explicit, Phase.generate])
 
 
 def _watch(name: str, fn):
@@ -124,7 +134,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:  # noqa: ANN001
 
 def _clean_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_", "HYPOTHESIS_")) and k not in ("CI",)}
+           if not k.startswith(("PYTEST_", "HYPOTHESIS_", "FLASHCHECK_")) and k not in ("CI",)}
     env["CI"] = "true"  # the derandomized ci profile
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     return env
@@ -142,9 +152,11 @@ def _fixture_summary(directory: Path) -> dict[str, Any] | None:
             "kwargs": payload["kwargs"], "tensors": tensors, "message": payload["message"]}
 
 
-def run_zoo_kernel(z, *, out_dir: Path | None = None, first_only: bool = True, timeout: float = 900,
+def run_zoo_kernel(z, *, out_dir: Path | None = None, first_only: bool = True, shrink: bool = True,
+                   save_fixtures: bool = True, timeout: float = 900,
                    extra_args: list[str] | None = None) -> dict[str, Any]:
-    """Run the default ci suite against one zoo kernel (a `tests.zoo.ZooKernel`) in a subprocess."""
+    """Run the default ci suite against one zoo kernel (a `tests.zoo.ZooKernel`) in a subprocess.
+    shrink=False skips Hypothesis's shrink phase (same examples, same first failure, faster)."""
     from tests.zoo import module_path
 
     tmp = Path(tempfile.mkdtemp(prefix=f"kill-{z.name}-"))
@@ -155,9 +167,11 @@ def run_zoo_kernel(z, *, out_dir: Path | None = None, first_only: bool = True, t
     cmd = [sys.executable, "-m", "pytest", "tests", f"--kernel={module_path(z)}:{z.name}", f"--family={z.family}",
            "-p", "no:xdist", "-p", "no:cacheprovider", "-p", "reports.kill_matrix", "-q", "--no-header",
            "-W", "ignore::DeprecationWarning", f"--fixture-dir={fixtures}", *(["-x"] if first_only else []),
-           *(extra_args or [])]
+           *([] if save_fixtures else ["--no-save-fixtures"]), *(extra_args or [])]
     env = _clean_env()
     env[KILL_ENV] = str(result_json)
+    if not shrink:
+        env[NO_SHRINK_ENV] = "1"
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
@@ -166,6 +180,7 @@ def run_zoo_kernel(z, *, out_dir: Path | None = None, first_only: bool = True, t
         rc, tail = -1, f"timed out after {timeout}s\n" + str(e.stdout or "")[-2000:]
     wall = time.perf_counter() - t0
     data = json.loads(result_json.read_text()) if result_json.exists() else {}
+    fixture = _fixture_summary(fixtures)
     shutil.rmtree(tmp, ignore_errors=True)
     first = data.get("first")
     failed = data.get("tests_failed") or []
@@ -184,20 +199,20 @@ def run_zoo_kernel(z, *, out_dir: Path | None = None, first_only: bool = True, t
         "first_message": first["message"] if first else (failed[0]["summary"] if failed else None),
         "shrunk_case": (data.get("last_fail") or {}).get("case"),
         "shrunk_message": (data.get("last_fail") or {}).get("message"),
-        "fixture": _fixture_summary(fixtures),
+        "fixture": fixture,
         "all_failures": failed,
         "output_tail": None if caught else tail,
     }
 
 
 def run_all(names: list[str] | None = None, *, jobs: int = 2, out_dir: Path | None = None,
-            first_only: bool = True, log=print) -> list[dict[str, Any]]:
+            first_only: bool = True, shrink: bool = True, log=print) -> list[dict[str, Any]]:
     from tests.zoo import zoo
 
     chosen = [z for z in zoo() if not names or z.name in names]
 
     def one(z):
-        r = run_zoo_kernel(z, out_dir=out_dir, first_only=first_only)
+        r = run_zoo_kernel(z, out_dir=out_dir, first_only=first_only, shrink=shrink)
         log(f"  {z.name:<24} {'caught' if r['caught'] else 'SURVIVED'} by {r['caught_by_test']} "
             f"[{r['caught_by_property']}] in {r['seconds_to_first_failure']}s ({r['wall_seconds']}s wall)")
         return r

@@ -44,7 +44,7 @@ class Limits:
 def default_limits() -> Limits:
     if INTERPRET:
         return Limits(max_bh=2, max_m=64, max_n=64, max_head_dim=64)
-    return Limits(max_bh=4, max_m=128, max_n=512, max_head_dim=256)  # the CPU oracle bounds the size
+    return Limits(max_bh=2, max_m=64, max_n=512, max_head_dim=256)  # the CPU oracle bounds the size
 
 
 def _lim(max_m, max_n, max_head_dim, max_bh) -> Limits:

@@ -212,19 +212,21 @@ def _split(x: torch.Tensor, bug: int, span: int = 256) -> torch.Tensor:
 @triton.jit
 def _chunked_sum_kernel(x_ptr, y_ptr, N, sxm, sxn, sym, syn,
                         CHUNK: tl.constexpr, X_BITS: tl.constexpr, Y_BITS: tl.constexpr):
-    """Three passes: the max, the sum chunk by chunk (sequential over chunks: the rounding of the
-    sum depends on CHUNK), the normalize. Every choice of CHUNK is within the error bound."""
+    """Three passes: the max, the sum in CHUNK per-lane accumulators (lane j adds columns j,
+    j + CHUNK, j + 2 CHUNK, ... in sequence, then one tree over the lanes: which values meet in
+    which rounding depends on CHUNK), the normalize. Every CHUNK is within the error bound."""
     row = tl.program_id(0).to(tl.int64)
     lanes = tl.arange(0, CHUNK)
     m = tl.max(tl.full([CHUNK], float("-inf"), tl.float32), axis=0)
     for k in range(0, tl.cdiv(N, CHUNK)):
         cols = k * CHUNK + lanes
         m = tl.maximum(m, tl.max(load_f32(x_ptr + row * sxm + cols * sxn, cols < N, X_BITS), axis=0))
-    s = tl.sum(tl.zeros([CHUNK], tl.float32), axis=0)
+    acc = tl.zeros([CHUNK], tl.float32)
     for k in range(0, tl.cdiv(N, CHUNK)):
         cols = k * CHUNK + lanes
         x = load_f32(x_ptr + row * sxm + cols * sxn, cols < N, X_BITS)
-        s = s + tl.sum(tl.exp2((x - m) * _LOG2E), axis=0)
+        acc = acc + tl.exp2((x - m) * _LOG2E)
+    s = tl.sum(acc, axis=0)
     for k in range(0, tl.cdiv(N, CHUNK)):
         cols = k * CHUNK + lanes
         mask = cols < N

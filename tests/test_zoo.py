@@ -1,0 +1,91 @@
+"""Quality test of the whole suite: every kernel of the known-bad zoo is caught by the default suite.
+
+For each zoo kernel (tests/zoo/), the default ci suite runs against it as an external kernel in
+a subprocess, exactly as `pytest --kernel tests/zoo/<family>_bugs.py:NAME --family <family> -x`
+does (stopping at the first failure, Hypothesis's shrink phase skipped: the same derandomized
+examples, so the same first failure, without the cost of minimizing it). A survivor means a
+strategy or a property is missing: fix the suite, never drop the zoo kernel.
+`python -m reports --kill-matrix` prints which test and property caught each one.
+
+Cheap checks first: on a hand-made trigger input, each broken kernel is wrong and its fixed twin
+(the same kernel with the bug switched off) is right, so a kill is the bug's doing.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import kernels
+from kernels.registry import REGISTRY
+from oracles.compare import compare_softmax
+from oracles.formats import format_of, to_float64
+from tests.zoo import ZooKernel, zoo
+
+ZOO = {z.name: z for z in zoo()}
+
+
+def _softmax_wrong(fn, kw: dict) -> bool:
+    x = kw["x"]
+    if "out" in kw:  # the out= kernels: does it write outside the view, or get the view wrong?
+        out = kw["out"]
+        n = out.untyped_storage().nbytes() // out.element_size()
+        base = torch.empty(0, dtype=out.dtype).set_(out.untyped_storage(), 0, (n,), (1,))
+        before = base.clone()
+        fn(x, out=out)
+        inside = torch.zeros(n, dtype=torch.bool)
+        inside[torch.arange(n).as_strided(out.shape, out.stride(), out.storage_offset()).reshape(-1)] = True
+        return bool((base[~inside] != before[~inside]).any()) or not torch.equal(out, fn(x))
+    if "configs" in kw:
+        return any(not torch.equal(fn(x), fn(x, **cfg)) for cfg in kw["configs"])
+    y = fn(x)
+    c = compare_softmax(to_float64(x), to_float64(y), format_of(y.dtype), depth=x.shape[1])
+    return bool(c.violations.any())
+
+
+def _attention_wrong(fn, kw: dict) -> bool:
+    from oracles.attention import attention_oracle, compare_attention
+
+    kw = dict(kw)
+    q, k, v = kw.pop("q"), kw.pop("k"), kw.pop("v")
+    o = fn(q, k, v, **kw)
+    c = compare_attention(o, attention_oracle(q, k, v, **kw), block_n=k.shape[2], n_blocks=k.shape[2])
+    return bool(np.asarray(c.violations).any())
+
+
+def _trigger(z: ZooKernel) -> dict:
+    kw = z.trigger()
+    if z.caps.get("configs"):
+        kw["configs"] = z.caps["configs"]
+    return kw
+
+
+def test_the_zoo_is_big_enough() -> None:
+    fams = [z.family for z in ZOO.values()]
+    assert len(ZOO) >= 14 and "softmax" in fams and "attention" in fams
+
+
+def test_the_zoo_is_never_registered() -> None:
+    zoo_fns = {id(z.broken) for z in ZOO.values()} | {id(z.fixed) for z in ZOO.values()}
+    assert not [s.name for s in REGISTRY if id(s.fn) in zoo_fns]
+    from pathlib import Path
+
+    for path in Path(kernels.__file__).parent.glob("*.py"):
+        assert "zoo" not in path.read_text(), f"{path.name} mentions the zoo"
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_trigger_shows_the_bug_and_only_the_bug(name: str) -> None:
+    z = ZOO[name]
+    wrong = _softmax_wrong if z.family == "softmax" else _attention_wrong
+    assert wrong(z.broken, _trigger(z)), f"{name}: the broken kernel gets its own trigger right"
+    assert not wrong(z.fixed, _trigger(z)), f"{name}: the fixed twin is wrong too: the zoo kernel has another defect"
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_the_default_suite_catches_it(name: str) -> None:
+    from reports.kill_matrix import run_zoo_kernel
+
+    r = run_zoo_kernel(ZOO[name], shrink=False, save_fixtures=False)
+    assert r["caught"], (f"zoo kernel {name} ({r['bug_class']}) SURVIVED the ci suite (exit {r['returncode']}): "
+                         f"a strategy or property is missing.\n{r.get('output_tail') or ''}")
