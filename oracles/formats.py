@@ -118,5 +118,6 @@ def ulp_of(values: np.ndarray, fmt: Format) -> np.ndarray:
     """The spacing of `fmt` at each value's magnitude (the gap to the next value away from 0)."""
     a = np.abs(np.asarray(values, dtype=np.float64))
     _, e2 = np.frexp(np.where(np.isfinite(a), a, fmt.max_finite))
-    e = np.maximum(e2 - 1, fmt.emin)
+    # frexp(0) reports exponent 0; zero sits in the subnormal range, whose spacing is emin's.
+    e = np.where(a == 0, fmt.emin, np.maximum(e2 - 1, fmt.emin))
     return np.ldexp(1.0, e - fmt.precision + 1)

@@ -170,6 +170,7 @@ def save_fixture(spec: KernelSpec, name: str, case: Case, exc: BaseException) ->
     with os.fdopen(fd, "w") as f:
         json.dump(payload, f, indent=1)
         f.write("\n")
+    os.chmod(tmp, 0o644)  # mkstemp makes it private; fixtures are for reviewers too
     os.replace(tmp, path)
     return path
 

@@ -239,6 +239,16 @@ def test_ulp_distance(fmt: Format) -> None:
     assert ulp_distance(np.array([-INF]), np.array([INF]), fmt)[0] > 1000
 
 
+@pytest.mark.parametrize("fmt", FMTS, ids=IDS)
+def test_ulp_of_is_the_spacing_at_each_value(fmt: Format) -> None:
+    tiny, minn = fmt.min_subnormal, fmt.min_normal
+    values = np.array([0.0, -0.0, tiny, minn - tiny, minn, 1.0, -1.0, 1.5, fmt.max_finite])
+    # Zero lies in the subnormal range: its spacing is the smallest subnormal, not 2^-p.
+    expected = np.array([tiny, tiny, tiny, tiny, tiny, 2.0 ** (1 - fmt.precision), 2.0 ** (1 - fmt.precision),
+                         2.0 ** (1 - fmt.precision), 2.0 ** (fmt.emax + 1 - fmt.precision)])
+    np.testing.assert_array_equal(ulp_of(values, fmt), expected)
+
+
 # ---- softmax / log-sum-exp values --------------------------------------------------------------
 
 
