@@ -155,6 +155,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kernel", action="append", help="only this registered kernel (repeatable)")
     p.add_argument("--family", choices=["softmax", "attention"])
     p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--kill-matrix", action="store_true",
+                   help="instead: run the ci suite against every known-bad zoo kernel (reports/kill_matrix.py; "
+                        "its own options follow, e.g. --kill-matrix --zoo NAME --jobs 2)")
+    if argv is None:
+        argv = sys.argv[1:]
+    if "--kill-matrix" in argv:
+        from . import kill_matrix
+
+        rest = [a for a in argv if a != "--kill-matrix"]
+        return kill_matrix.main(rest)
     args = p.parse_args(argv)
     examples = args.examples or (6 if INTERPRET else 40)
     args.out.mkdir(parents=True, exist_ok=True)

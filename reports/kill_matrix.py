@@ -189,6 +189,7 @@ def run_zoo_kernel(z, *, out_dir: Path | None = None, first_only: bool = True, s
     caught = rc == 1 and bool(failed) and (first is None or first["exception"] == "AssertionError")
     return {
         "name": z.name, "family": z.family, "bug_class": z.bug_class, "references": z.references,
+        "expected_property": z.property_hint,
         "caught": caught, "returncode": rc, "wall_seconds": round(wall, 1),
         "caught_by_test": failed[0]["nodeid"] if failed else None,
         "caught_by_property": first["property"] if first else None,
@@ -206,13 +207,14 @@ def run_zoo_kernel(z, *, out_dir: Path | None = None, first_only: bool = True, s
 
 
 def run_all(names: list[str] | None = None, *, jobs: int = 2, out_dir: Path | None = None,
-            first_only: bool = True, shrink: bool = True, log=print) -> list[dict[str, Any]]:
+            first_only: bool = True, shrink: bool = True, extra_args: list[str] | None = None,
+            log=print) -> list[dict[str, Any]]:
     from tests.zoo import zoo
 
     chosen = [z for z in zoo() if not names or z.name in names]
 
     def one(z):
-        r = run_zoo_kernel(z, out_dir=out_dir, first_only=first_only, shrink=shrink)
+        r = run_zoo_kernel(z, out_dir=out_dir, first_only=first_only, shrink=shrink, extra_args=extra_args)
         log(f"  {z.name:<24} {'caught' if r['caught'] else 'SURVIVED'} by {r['caught_by_test']} "
             f"[{r['caught_by_property']}] in {r['seconds_to_first_failure']}s ({r['wall_seconds']}s wall)")
         return r
@@ -253,12 +255,12 @@ def to_markdown(rows: list[dict[str, Any]], env: dict[str, str]) -> str:
            "failing one; **calls**: kernel calls until then; **s**: seconds from the start of the session to the "
            "first failing check; **shrunk counterexample**: the case Hypothesis shrank to (the exact-bit fixture).",
            "", f"**{caught} of {len(rows)} caught.**", "",
-           "| zoo kernel | bug class | caught by (test) | property | examples | calls | s | shrunk counterexample |",
+           "| zoo kernel | bug class | caught by (test) | property (expected) | examples | calls | s | shrunk counterexample |",
            "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         status = "" if r["caught"] else " **SURVIVED**"
         out.append(f"| {r['family']}/{r['name']}{status} | {r['bug_class']} | {_short_test(r['caught_by_test'])} | "
-                   f"{r['caught_by_property'] or '-'} | {r['examples_to_first_failure'] or '-'} | "
+                   f"{r['caught_by_property'] or '-'} ({r.get('expected_property') or '-'}) | {r['examples_to_first_failure'] or '-'} | "
                    f"{r['kernel_calls_to_first_failure'] or '-'} | {r['seconds_to_first_failure'] or '-'} | "
                    f"{_case_cell(r)} |")
     out += ["", "## Failure messages (after shrinking)", ""]
@@ -287,13 +289,16 @@ def main(argv: list[str] | None = None, *, out: Path | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2, help="zoo kernels run in parallel (default 2)")
     p.add_argument("--all-failures", action="store_true",
                    help="run every test instead of stopping at the first failure (slow)")
+    p.add_argument("--no-shrink", action="store_true", help="skip Hypothesis's shrink phase (faster)")
+    p.add_argument("--pytest-args", default="", help="extra arguments for every pytest run (one string)")
     p.add_argument("--out", type=Path, default=out or DEFAULT_OUT)
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     env = _environment()
     print(f"flashcheck kill matrix on {env['device']}")
     t0 = time.perf_counter()
-    rows = run_all(args.zoo, jobs=args.jobs, out_dir=args.out, first_only=not args.all_failures)
+    rows = run_all(args.zoo, jobs=args.jobs, out_dir=args.out, first_only=not args.all_failures,
+                   shrink=not args.no_shrink, extra_args=args.pytest_args.split() or None)
     (args.out / "kill_matrix.md").write_text(to_markdown(rows, env))
     (args.out / "kill_matrix.json").write_text(json.dumps({"environment": env, "rows": rows}, indent=1))
     survivors = [r["name"] for r in rows if not r["caught"]]
