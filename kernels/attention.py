@@ -83,7 +83,7 @@ def _attn_block(
     acc, l_i, m_i, q, k_ptrs, v_ptrs, start_n, skn, svn, offs_m, offs_n, n_valid, d_mask,
     qk_scale,
     MASKED: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
-    BF16_BITS: tl.constexpr, IS_FP32: tl.constexpr,
+    BF16_BITS: tl.constexpr, IS_FP32: tl.constexpr, ROWSUM_P32: tl.constexpr,
 ):
     """One key block of the online softmax. MASKED: the block holds keys past kv_len/N or keys
     hidden by the causal mask (the diagonal); unmasked blocks skip the key masks entirely."""
@@ -124,6 +124,8 @@ def _attn_block(
     else:
         pv_in = p.to(v.dtype)  # P rounded to the 16-bit input dtype: part of the error model
         p_sum = pv_in.to(tl.float32)
+    if ROWSUM_P32:  # FlashAttention's convention: the row sum of the unrounded P (benchmarks only)
+        p_sum = p
     l_i = l_i * alpha + tl.sum(p_sum, 1)
     acc = acc * alpha[:, None]
     if IS_FP32:
@@ -133,17 +135,14 @@ def _attn_block(
     return acc, l_i, m_new
 
 
-# H, M, N, D are not specialised on (== 1, % 16): they only bound loops and masks, and each
-# specialisation is another compilation (the property tests draw many shapes). Strides are, so
-# that aligned rows get vector loads.
-@triton.jit(do_not_specialize=["H", "M", "N", "D"])
+@triton.jit
 def _attn_fwd_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, kvlen_ptr,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod,
     H, M, N, D, qk_scale,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_KVLEN: tl.constexpr, BF16_BITS: tl.constexpr, IS_FP32: tl.constexpr,
-    EVEN_D: tl.constexpr, REVERSE_M: tl.constexpr, WIDE: tl.constexpr,
+    EVEN_D: tl.constexpr, REVERSE_M: tl.constexpr, WIDE: tl.constexpr, ROWSUM_P32: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     if REVERSE_M:  # causal: the longest rows first, the cheap ones fill the tail
@@ -195,11 +194,11 @@ def _attn_fwd_kernel(
     for start_n in range(0, full_end, BLOCK_N):
         acc, l_i, m_i = _attn_block(
             acc, l_i, m_i, q, k_ptrs, v_ptrs, start_n, skn, svn, offs_m, offs_n, n_valid, d_mask, qk_scale,
-            False, CAUSAL, EVEN_D, BF16_BITS, IS_FP32)
+            False, CAUSAL, EVEN_D, BF16_BITS, IS_FP32, ROWSUM_P32)
     for start_n in range(full_end, hi, BLOCK_N):
         acc, l_i, m_i = _attn_block(
             acc, l_i, m_i, q, k_ptrs, v_ptrs, start_n, skn, svn, offs_m, offs_n, n_valid, d_mask, qk_scale,
-            True, CAUSAL, EVEN_D, BF16_BITS, IS_FP32)
+            True, CAUSAL, EVEN_D, BF16_BITS, IS_FP32, ROWSUM_P32)
 
     # Rows that saw no key have l == 0 and acc == 0: exact zeros. NaN rows keep NaN (NaN != 0).
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
@@ -333,6 +332,7 @@ def attention(
     block_n: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    _rowsum_fp32: bool = False,
 ) -> torch.Tensor:
     """softmax(scale * q k^T + mask) v for q (B, H, M, D), k and v (B, H, N, D).
 
@@ -340,7 +340,9 @@ def attention(
     tensor: keys j >= kv_lens[b] are absent; rows with no visible key give zeros. The launch
     knobs (block_m, block_n, num_warps, num_stages) override the table; block_m, num_warps and
     num_stages change no arithmetic (see KernelSpec.configs), block_n does (the online-softmax
-    blocking). Returns a new contiguous (B, H, M, D) tensor of q's dtype.
+    blocking). `_rowsum_fp32` (benchmarks only, outside the contract): sum the unrounded P into
+    l as FlashAttention does, instead of the rounded P that makes V of all ones give exactly 1.
+    Returns a new contiguous (B, H, M, D) tensor of q's dtype.
     """
     _check_inputs(q, k, v, causal, scale, kv_lens)
     B, H, M, D = q.shape
@@ -362,7 +364,7 @@ def attention(
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=cfg.block_d,
         CAUSAL=bool(causal), HAS_KVLEN=kv_lens is not None, BF16_BITS=bits,
         IS_FP32=q.dtype == torch.float32, EVEN_D=cfg.block_d == D, REVERSE_M=bool(causal),
-        WIDE=_wide(cfg, q, k, v, o),
+        WIDE=_wide(cfg, q, k, v, o), ROWSUM_P32=bool(_rowsum_fp32),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return o
