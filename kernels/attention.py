@@ -220,21 +220,19 @@ class AttnConfig:
     num_stages: int
 
 
-# GPU table keyed on (dtype class, padded head dim): (BLOCK_M, BLOCK_N, num_warps, num_stages).
-# 16-bit entries were chosen from a sweep on an H200 (reports/bench_attention.py --sweep).
-_GPU_TABLE_16 = {  # H200 sweep (fp16, S=4096): D64 (128,64,8,3) 360 TF/s; D128 (128,128,8,3) 432 TF/s
-    16: (128, 64, 8, 3),
-    32: (128, 64, 8, 3),
-    64: (128, 64, 8, 3),
-    128: (128, 128, 8, 3),
-    256: (64, 64, 4, 2),
-}
-_GPU_TABLE_32 = {  # fp32 ieee dots run on the CUDA cores: small tiles
-    16: (64, 32, 4, 2),
-    32: (64, 32, 4, 2),
-    64: (64, 32, 4, 2),
-    128: (32, 32, 4, 2),
-    256: (32, 16, 4, 1),
+# GPU table keyed on (dtype, padded head dim): (BLOCK_M, BLOCK_N, num_warps, num_stages), from
+# sweeps on an H200 (reports/bench_attention.py --sweep, S = 4096; TFLOP/s non-causal/causal):
+# fp16 D64 (128, 64, 8, 3) 356/318; fp16 D128 (128, 128, 8, 3) 432/376; bf16 D64 (64, 64, 4, 3)
+# 321/277 (the (128, 64, 8, 3) tile: 299/255); bf16 D128 (128, 128, 8, 3) 378/333. D <= 32 and
+# D = 256 were not swept.
+_GPU_TABLE = {
+    torch.float16: {16: (128, 64, 8, 3), 32: (128, 64, 8, 3), 64: (128, 64, 8, 3), 128: (128, 128, 8, 3),
+                    256: (64, 64, 4, 2)},
+    torch.bfloat16: {16: (64, 64, 4, 3), 32: (64, 64, 4, 3), 64: (64, 64, 4, 3), 128: (128, 128, 8, 3),
+                     256: (64, 64, 4, 2)},
+    # fp32 ieee dots run on the CUDA cores: small tiles
+    torch.float32: {16: (64, 32, 4, 2), 32: (64, 32, 4, 2), 64: (64, 32, 4, 2), 128: (32, 32, 4, 2),
+                    256: (32, 16, 4, 1)},
 }
 _INTERPRET_BLOCK = 32  # the interpreter's cost is per operation: few, large blocks
 
@@ -246,8 +244,7 @@ def attn_config(d: int, dtype: torch.dtype, *, block_m: int | None = None, block
     if INTERPRET:
         bm, bn, w, st = _INTERPRET_BLOCK, _INTERPRET_BLOCK, 4, 1
     else:
-        table = _GPU_TABLE_32 if dtype == torch.float32 else _GPU_TABLE_16
-        bm, bn, w, st = table[bd]
+        bm, bn, w, st = _GPU_TABLE[dtype][bd]
     cfg = AttnConfig(block_m or bm, block_n or bn, bd, num_warps or w, num_stages or st)
     for name in ("block_m", "block_n"):
         val = getattr(cfg, name)

@@ -1,6 +1,7 @@
 """Exact oracles: formats and ULP metric, correct and certified rounding, softmax / log-sum-exp
 oracles, and the derived kernel error bounds."""
-from .bounds import ftz_allowed, softmax_relative_error, softmax_sum_bound, softmax_ulp_bound
+from .attention import AttentionComparison, AttentionOracle, attention_oracle, compare_attention
+from .bounds import attention_error_bound, ftz_allowed, softmax_relative_error, softmax_sum_bound, softmax_ulp_bound
 from .formats import (
     BF16,
     BY_NAME,
@@ -18,6 +19,11 @@ from .rounding import UndecidedRounding, round_certified, round_fraction, round_
 from .softmax import logsumexp_oracle, softmax_oracle
 
 __all__ = [
+    "AttentionComparison",
+    "AttentionOracle",
+    "attention_error_bound",
+    "attention_oracle",
+    "compare_attention",
     "BF16",
     "BY_NAME",
     "FORMATS",

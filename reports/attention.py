@@ -42,9 +42,10 @@ def sdpa_output(q, k, v, *, causal=False, scale=None, kv_lens=None) -> torch.Ten
         if causal:
             mask = mask & (j[None, :] <= torch.arange(M, device=q.device)[:, None])[None, None]
         causal = False
-    # Contiguous copies (same values): SDPA's fused backends have hit misaligned-address faults
-    # on views with odd storage offsets, which would poison the CUDA context for the whole run.
-    q, k, v = (t.contiguous() for t in (q, k, v))
+    # Fresh contiguous copies (same values, new aligned storage): on the H200 an fp32 SDPA call on
+    # views with odd storage offsets died with "misaligned address" (mem-efficient backend, as far
+    # as we can tell), which poisons the CUDA context for the rest of the process.
+    q, k, v = (t.clone(memory_format=torch.contiguous_format) for t in (q, k, v))
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=bool(causal),
                                                             scale=sc)
 

@@ -6,8 +6,14 @@ run for every active kernel of that family, and a `dtype` argument for each dtyp
 """
 from __future__ import annotations
 
-import importlib.util
 import os
+
+# The oracles' float64 matrix products are small: one BLAS thread per xdist worker beats a pool
+# per worker fighting over the same cores. Set before NumPy loads its BLAS.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,8 +65,10 @@ def load_external_kernel(target: str, family: str, dtypes: str | None, max_n: in
     path = Path(path_s).resolve()
     if not path.is_file():
         raise pytest.UsageError(f"--kernel: no such file {path}")
-    mod_spec = importlib.util.spec_from_file_location(f"flashcheck_external_{path.stem}", path)
+    name = f"flashcheck_external_{path.stem}"
+    mod_spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(mod_spec)
+    sys.modules[name] = module  # dataclasses and pickling look the module up by name
     mod_spec.loader.exec_module(module)
     try:
         obj = getattr(module, attr)

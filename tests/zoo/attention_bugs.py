@@ -203,7 +203,8 @@ for _name, (_cls, _trig) in _CLASSES.items():
     ZOO[_name] = ZooKernel(
         name=_name, family="attention", bug_class=_cls, references=" ".join(inspect.getdoc(_fn).split()),
         broken=_fn, fixed=functools.partial(_attention, bug=NONE), trigger=_trig,
-        caps=dict(getattr(_fn, "flashcheck", {})), property_hint="matches_oracle",
+        caps=dict(getattr(_fn, "flashcheck", {})),
+        property_hint="special_values" if _name in ("nan_kv_padding", "rescale_nan") else "matches_oracle",
     )
 
 __all__ = list(ZOO)
