@@ -19,6 +19,8 @@ class KernelSpec:
     error_bound: the family's bound function, `oracles.bounds`; `depth(n)` feeds it the
         summation depth this kernel's reduction has for a row of n (None: the worst case).
     configs: launch configurations (kwargs for `fn`) that must all give identical bits.
+    tunings: launch configurations that may reassociate the sum (so change the last bits):
+        each must still meet the oracle bound.
     """
 
     name: str
@@ -29,6 +31,7 @@ class KernelSpec:
     min_n: int = 1
     depth: Callable[[int], int] | None = None
     configs: tuple[dict[str, Any], ...] = ()
+    tunings: tuple[dict[str, Any], ...] = ()
     max_head_dim: int = 256
     external: bool = False
     description: str = ""

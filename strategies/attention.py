@@ -261,8 +261,13 @@ def kv_lens_edges(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max
     b = max(1, min(2, lim.max_bh))
     h = 1
     m, n, d = draw(_lengths(lim.max_m)), draw(_lengths(lim.max_n, min_len=2)), draw(_head_dim(lim))
-    choices = sorted({0, 1, n, n - 1} | {x for blk in BLOCKS for x in (blk - 1, blk + 1, blk // 2 + 1) if x <= n})
-    lens = [draw(st.one_of(st.sampled_from(choices), st.integers(0, n))) for _ in range(b)]
+    off_block = sorted({x for blk in BLOCKS for x in (blk - 1, blk + 1, blk // 2 + 1) if 1 < x < n} or {n - 1})
+    edges = {"zero": st.just(0), "one": st.just(1), "full": st.just(n), "n_minus_1": st.just(n - 1),
+             "off_block": st.sampled_from(off_block), "any": st.integers(0, n)}
+    # Pairs of edges, so that a handful of examples already meets 0, 1, N and a ragged length.
+    pair = draw(st.sampled_from([("zero", "full"), ("one", "n_minus_1"), ("off_block", "full"),
+                                 ("one", "zero"), ("any", "any")]))
+    lens = [draw(edges[pair[i % 2]]) for i in range(b)]
     rng = np.random.default_rng(draw(_seed()))
     parts = _Parts(_normal(rng, (b, h, m, d)), _normal(rng, (b, h, n, d)), _normal(rng, (b, h, n, d)),
                    causal=draw(st.booleans()), kv_lens=lens)

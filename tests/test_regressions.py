@@ -12,6 +12,7 @@ import pytest
 
 import tests.test_attention  # noqa: F401  (registers the attention properties)
 import tests.test_softmax  # noqa: F401  (registers the softmax properties)
+import tests.test_softmax_metamorphic  # noqa: F401  (registers the metamorphic properties)
 from kernels import DEVICE
 from kernels.registry import REGISTRY
 from tests.harness import PROPERTIES, check, fixture_paths, load_fixture

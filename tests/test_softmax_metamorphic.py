@@ -17,6 +17,8 @@ failure is saved as an exact-bit fixture like any other:
   outputs are within 2b ULPs of each other (the ULP distance is a metric); exact specials (NaN,
   the zeros of -inf entries, bound 0) must match exactly.
 * configs_identical: every launch configuration of `spec.configs` gives the default's bits.
+* tunings_within_bound: every configuration of `spec.tunings` (knobs that may reassociate the
+  sum) meets the oracle bound, as the default must.
 * deterministic: two runs give the same bits.
 * guard_bands: with `out=` a strided view inside a buffer of sentinel bits, the view holds the
   default output's bits and no other byte of the buffer (or of the input) changes. Only kernels
@@ -42,6 +44,7 @@ from hypothesis.strategies import composite
 from kernels import DEVICE, INTERPRET
 from kernels.registry import KernelSpec
 from oracles.bounds import ftz_allowed, softmax_ulp_bound
+from oracles.compare import compare_softmax
 from oracles.formats import BF16, FP16, Format, format_of, to_float64, ulp_distance
 from oracles.softmax import softmax_oracle
 from strategies.case import Case
@@ -60,7 +63,8 @@ def meta_max_n(spec: KernelSpec) -> int:
     return min(max_n_for(spec), META_MAX_N or max_n_for(spec))
 
 
-META_PROPERTIES = ("shift_invariant", "permutation_equivariant", "configs_identical", "deterministic",
+META_PROPERTIES = ("shift_invariant", "permutation_equivariant", "configs_identical", "tunings_within_bound",
+                   "deterministic",
                    "guard_bands", "nan_guard_invisible")
 
 
@@ -198,6 +202,20 @@ def configs_identical(spec: KernelSpec, case: Case) -> None:
         diff = _first_diff(y, _run(spec, x, **cfg))
         if diff:
             raise AssertionError(f"{spec.name}: launch configuration {cfg} changes the bits: {diff}\n  {_where(case)}")
+
+
+@prop(FAMILY, "tunings_within_bound")
+def tunings_within_bound(spec: KernelSpec, case: Case) -> None:
+    x = case.tensors["x"]
+    x64 = to_float64(x)
+    for cfg in spec.tunings:
+        y = _run(spec, x, **cfg)
+        c = compare_softmax(x64, to_float64(y), format_of(y.dtype), depth=spec.summation_depth(x.shape[1]))
+        if c.violations.any():
+            r, k = np.unravel_index(int(np.argmax(np.where(c.violations, c.dist, -1))), c.dist.shape)
+            raise AssertionError(f"{spec.name}: launch configuration {cfg} exceeds the bound at [{r}, {k}]: "
+                                 f"kernel {float(to_float64(y)[r, k])!r}, oracle {float(c.oracle[r, k])!r}, "
+                                 f"{c.dist[r, k]:g} ULPs > {c.bound[r, k]:g}\n  {_where(case)}")
 
 
 @prop(FAMILY, "deterministic")
@@ -346,6 +364,7 @@ def test_configs_and_determinism(spec: KernelSpec, dtype: torch.dtype, data: st.
     case = data.draw(softmax_cases(fmt=format_of(dtype), max_n=meta_max_n(spec)), label="case")
     check(spec, "deterministic", case)
     check(spec, "configs_identical", case)
+    check(spec, "tunings_within_bound", case)
 
 
 @given(data=st.data())

@@ -481,16 +481,6 @@ def test_ci_draws_reach_every_attention_feature(kernel: KernelSpec, dtype: torch
     if dtype not in kernel.dtypes:
         pytest.skip(f"{kernel.name} does not take {dtype}")
     missing = missing_attention_features(kernel, dtype)
-    known = KNOWN_ATTENTION_GAPS.get((kernel.name, format_of(dtype).name), set())
-    new_gaps = sorted(set(missing) - known)
-    assert not new_gaps, (f"the ci run of {kernel.name} [{format_of(dtype).name}] never draws: {new_gaps}")
-    if missing:
-        pytest.xfail(f"known gap of strategies/attention.py, reported to its owner: {missing}")
+    assert not missing, (f"the ci run of {kernel.name} [{format_of(dtype).name}] never draws: {missing}")
 
 
-# Gaps found by this test in strategies/attention.py (not this module's to fix): the ci draws of
-# kv_lens_edges for the registered `attention` kernel in fp32 have no kv_len of 1 or of N
-# (b = 2 batches per example, 12 examples, lengths from a list of ~10 values or any integer).
-KNOWN_ATTENTION_GAPS: dict[tuple[str, str], set[str]] = {
-    ("attention", "fp32"): {"kv_lens_edges/kv_len_1", "kv_lens_edges/kv_len_n"},
-}
