@@ -30,11 +30,12 @@ def _softmax_wrong(fn, kw: dict) -> bool:
     if "out" in kw:  # the out= kernels: does it write outside the view, or get the view wrong?
         out = kw["out"]
         n = out.untyped_storage().nbytes() // out.element_size()
-        base = torch.empty(0, dtype=out.dtype).set_(out.untyped_storage(), 0, (n,), (1,))
+        base = torch.empty(0, dtype=out.dtype, device=out.device).set_(out.untyped_storage(), 0, (n,), (1,))
         before = base.clone()
         fn(x, out=out)
-        inside = torch.zeros(n, dtype=torch.bool)
-        inside[torch.arange(n).as_strided(out.shape, out.stride(), out.storage_offset()).reshape(-1)] = True
+        inside = torch.zeros(n, dtype=torch.bool, device=out.device)
+        idx = torch.arange(n, device=out.device).as_strided(out.shape, out.stride(), out.storage_offset())
+        inside[idx.reshape(-1)] = True
         return bool((base[~inside] != before[~inside]).any()) or not torch.equal(out, fn(x))
     if "configs" in kw:
         return any(not torch.equal(fn(x), fn(x, **cfg)) for cfg in kw["configs"])

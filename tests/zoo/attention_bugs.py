@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 import kernels  # noqa: F401  (the interpreter switch, before triton)
+from kernels import DEVICE
 from kernels._common import INTERPRET, LOG2E, bf16_as_bits, kernel_view, load_f32_zero, store_f32, tl, triton
 from kernels.attention import _check_inputs, effective_scale
 from tests.zoo import ZooKernel
@@ -152,14 +153,14 @@ def fp16_scores(q, k, v, *, causal=False, scale=None, kv_lens=None):
 
 def _qkv(b=1, h=1, m=40, n=40, d=16, seed=0, dtype=torch.float32):
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(b, h, s, d, generator=g).to(dtype) for s in (m, n, n)]
+    return [torch.randn(b, h, s, d, generator=g).to(dtype).to(DEVICE) for s in (m, n, n)]
 
 
 def _trigger_nan_kv():
     q, k, v = _qkv(b=2, n=40)
     k[:, :, 20:] = float("nan")
     v[:, :, 20:] = float("nan")
-    return dict(q=q, k=k, v=v, kv_lens=torch.tensor([20, 20], dtype=torch.int32))
+    return dict(q=q, k=k, v=v, kv_lens=torch.tensor([20, 20], dtype=torch.int32, device=DEVICE))
 
 
 def _trigger_head_dim():
@@ -174,12 +175,12 @@ def _trigger_causal():
 
 def _trigger_kv_lens():
     q, k, v = _qkv(b=2, n=40)
-    return dict(q=q, k=k, v=v, kv_lens=torch.tensor([13, 40], dtype=torch.int32))
+    return dict(q=q, k=k, v=v, kv_lens=torch.tensor([13, 40], dtype=torch.int32, device=DEVICE))
 
 
 def _trigger_rescale():
     q, k, v = _qkv(b=2, n=40)
-    return dict(q=q, k=k, v=v, kv_lens=torch.tensor([0, 40], dtype=torch.int32))
+    return dict(q=q, k=k, v=v, kv_lens=torch.tensor([0, 40], dtype=torch.int32, device=DEVICE))
 
 
 def _trigger_fp16_scores():

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 import kernels  # noqa: F401  (the interpreter switch, before triton)
+from kernels import DEVICE
 from kernels._common import LOG2E, bf16_as_bits, check_float, check_out, kernel_view, load_f32, store_f32, tl, triton
 from tests.zoo import ZooKernel
 
@@ -371,7 +372,7 @@ def _fixed_out(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Ten
 
 
 def _t(values, dtype=torch.float32) -> torch.Tensor:
-    return torch.as_tensor(np.asarray(values, dtype=np.float64)).to(dtype)
+    return torch.as_tensor(np.asarray(values, dtype=np.float64)).to(dtype).to(DEVICE)
 
 
 def _rng(seed: int = 0) -> np.random.Generator:
@@ -388,7 +389,7 @@ def _lead_masked(n: int, block: int, low: bool) -> dict:
 
 def _guarded_out_trigger() -> dict:
     x = _t(_rng().standard_normal((3, 300)))
-    buf = torch.full((3 * 310 + 5,), 7.0)
+    buf = torch.full((3 * 310 + 5,), 7.0, device=DEVICE)
     return {"x": x, "out": buf[5:].as_strided((3, 300), (310, 1))}
 
 
