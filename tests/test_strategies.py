@@ -316,23 +316,26 @@ FEATURES = [
 ]
 
 
+def _unreached(features, draws: dict[str, list[Case]], fmt, max_n: int | None = None) -> list[str]:
+    """Names of the features no draw has: per class (`f.cls`) or among all draws (None)."""
+    every = [c for cases in draws.values() for c in cases]
+    missing = []
+    for f in features:
+        if fmt.name not in f.dtypes or (max_n is not None and f.needs_n > max_n):
+            continue
+        pool = every if f.cls is None else draws.get(f.cls, [])
+        if not any(f.pred(c, fmt) for c in pool):
+            missing.append(f"{f.cls or 'any'}/{f.name}")
+    return missing
+
+
 def missing_features(spec: KernelSpec, dtype: torch.dtype, *, salt: str = "") -> list[str]:
     """Features of `FEATURES` that the ci draws of `spec` and `dtype` never reach."""
     import tests.test_softmax as ts
 
-    fmt = format_of(dtype)
-    max_n = ts.max_n_for(spec)
     draws = {cls: ci_draws(spec, dtype, cls, node_id=node_id(spec, dtype, cls) + salt)
              for cls in sorted(CLASSES)}
-    every = [c for cases in draws.values() for c in cases]
-    missing = []
-    for f in FEATURES:
-        if fmt.name not in f.dtypes or f.needs_n > max_n:
-            continue
-        pool = every if f.cls is None else draws[f.cls]
-        if not any(f.pred(c, fmt) for c in pool):
-            missing.append(f"{f.cls or 'any'}/{f.name}")
-    return missing
+    return _unreached(FEATURES, draws, format_of(dtype), ts.max_n_for(spec))
 
 
 # ---- tests -------------------------------------------------------------------------------------
@@ -459,17 +462,8 @@ ATTENTION_FEATURES = [
 def missing_attention_features(spec: KernelSpec, dtype: torch.dtype) -> list[str]:
     import tests.test_attention as ta
 
-    fmt = format_of(dtype)
     draws = {cls: ci_draws(spec, dtype, cls) for cls in sorted(ta.CLASSES)}
-    every = [c for cases in draws.values() for c in cases]
-    missing = []
-    for f in ATTENTION_FEATURES:
-        if fmt.name not in f.dtypes:
-            continue
-        pool = every if f.cls is None else draws.get(f.cls, [])
-        if not any(f.pred(c, fmt) for c in pool):
-            missing.append(f"{f.cls or 'any'}/{f.name}")
-    return missing
+    return _unreached(ATTENTION_FEATURES, draws, format_of(dtype))
 
 
 ATTENTION = [s for s in REGISTRY if s.family == "attention"]
