@@ -79,11 +79,19 @@ _DTYPES = {str(d).removeprefix("torch."): d for d in (
 _WORD = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
+def storage_of(t: torch.Tensor) -> torch.Tensor:
+    """The whole storage behind a view, as a flat tensor of its dtype on its device (no copy)."""
+    n = t.untyped_storage().nbytes() // t.element_size()
+    return torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage(), 0, (n,), (1,))
+
+
+def storage_snapshot(t: torch.Tensor) -> torch.Tensor:
+    """A CPU copy of the bytes of a view's whole storage (padding and guards included)."""
+    return storage_of(t).cpu().view(torch.uint8).clone()
+
+
 def _encode_tensor(t: torch.Tensor) -> dict[str, Any]:
-    storage = t.untyped_storage()
-    n = storage.nbytes() // t.element_size()
-    base = torch.empty(0, dtype=t.dtype).set_(storage.cpu() if t.device.type != "cpu" else storage, 0, (n,), (1,))
-    words = base.view(torch.uint8).numpy().view(_WORD[t.element_size()])
+    words = storage_of(t).cpu().view(torch.uint8).numpy().view(_WORD[t.element_size()])
     width = 2 * t.element_size()
     hexes = [format(int(w), f"0{width}x") for w in words]
     return {
@@ -91,7 +99,7 @@ def _encode_tensor(t: torch.Tensor) -> dict[str, Any]:
         "shape": list(t.shape),
         "stride": list(t.stride()),
         "storage_offset": t.storage_offset(),
-        "storage_words": n,
+        "storage_words": len(words),
         "bits": [" ".join(hexes[i:i + 16]) for i in range(0, len(hexes), 16)],
         "values": _preview(t),
     }

@@ -31,7 +31,7 @@ from oracles.formats import FP32, Format, format_of, to_float64
 from reports.attention import blocking, sdpa_error_ratio, sdpa_output
 from strategies.attention import CLASSES, LAYOUTS, ODD_HEAD_DIMS, attention_cases, case_inputs
 from strategies.sample import draw_examples
-from tests.harness import Case, check, prop
+from tests.harness import Case, check, prop, storage_snapshot
 
 FAMILY = "attention"
 CORE_PROPERTIES = ("output_contract", "input_untouched", "special_values", "matches_oracle")
@@ -42,11 +42,6 @@ META_LIMITS = dict(max_m=32, max_n=48, max_head_dim=32) if INTERPRET else {}
 
 
 # ---- one kernel call per case ------------------------------------------------------------------
-
-def _storage(t: torch.Tensor) -> torch.Tensor:
-    s = t.untyped_storage()
-    return torch.empty(0, dtype=torch.uint8).set_(s.cpu() if t.device.type != "cpu" else s).clone()
-
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
     """The output's bit patterns (NaN payloads included), for bitwise comparisons."""
@@ -94,9 +89,9 @@ def outcome(spec: KernelSpec, case: Case) -> Outcome:
     if _last is not None and _last[0] == spec.name and _last[1] is case:
         return _last[2]
     q, k, v, kw = case_inputs(case)
-    before = {n: _storage(t) for n, t in case.tensors.items()}
+    before = {n: storage_snapshot(t) for n, t in case.tensors.items()}
     out = spec.fn(q, k, v, **kw)
-    after = {n: _storage(t) for n, t in case.tensors.items()}
+    after = {n: storage_snapshot(t) for n, t in case.tensors.items()}
     bn, nb = blocking(spec, q.shape[-1], k.shape[2], q.dtype)
     o = Outcome(q, k, v, kw, out, format_of(q.dtype), before, after, bn, nb)
     _last = (spec.name, case, o)

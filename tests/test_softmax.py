@@ -19,7 +19,7 @@ from oracles.bounds import softmax_sum_bound
 from oracles.compare import Comparison, compare_softmax
 from oracles.formats import Format, format_of, to_float64
 from strategies.softmax import CLASSES
-from tests.harness import Case, check, prop
+from tests.harness import Case, check, prop, storage_snapshot
 
 FAMILY = "softmax"
 # Longest rows drawn: the interpreter runs kernels in NumPy, the GPU in microseconds.
@@ -54,18 +54,13 @@ class Outcome:
 _last: tuple[str, Case, Outcome] | None = None
 
 
-def _storage(t: torch.Tensor) -> torch.Tensor:
-    return torch.empty(0, dtype=torch.uint8).set_(t.untyped_storage().cpu() if t.device.type != "cpu"
-                                                  else t.untyped_storage()).clone()
-
-
 def outcome(spec: KernelSpec, case: Case) -> Outcome:
     """Run the kernel once on a case; the properties checked on the same case share the call."""
     global _last
     if _last is not None and _last[0] == spec.name and _last[1] is case:
         return _last[2]
     x = case.tensors["x"]
-    before = _storage(x)
+    before = storage_snapshot(x)
     y = spec.fn(x, **case.kwargs)
     if not isinstance(y, torch.Tensor):
         raise AssertionError(f"{spec.name} returned {type(y).__name__}, not a tensor")
@@ -73,7 +68,7 @@ def outcome(spec: KernelSpec, case: Case) -> Outcome:
     if tuple(y.shape) != tuple(x.shape) or y.dtype != expected_dtype:
         raise AssertionError(f"{spec.name} returned {tuple(y.shape)} {y.dtype}, "
                              f"expected {tuple(x.shape)} {expected_dtype}")
-    out = Outcome(to_float64(x), y, to_float64(y), format_of(y.dtype), before, _storage(x),
+    out = Outcome(to_float64(x), y, to_float64(y), format_of(y.dtype), before, storage_snapshot(x),
                   spec.summation_depth(x.shape[1]))
     _last = (spec.name, case, out)
     return out

@@ -50,7 +50,7 @@ from oracles.softmax import softmax_oracle
 from strategies.case import Case
 from strategies.floats import Layout, layouts, materialize
 from strategies.softmax import row_lengths, softmax_cases
-from tests.harness import check, prop
+from tests.harness import check, prop, storage_of
 from tests.test_softmax import max_n_for
 
 FAMILY = "softmax"
@@ -90,16 +90,10 @@ def _first_diff(a: torch.Tensor, b: torch.Tensor) -> str:
             f"{float(a[idx])!r} vs {float(b[idx])!r}")
 
 
-def _storage_words(t: torch.Tensor) -> torch.Tensor:
-    """The whole storage of t, as a flat tensor of t's dtype (a view, not a copy)."""
-    n = t.untyped_storage().nbytes() // t.element_size()
-    return torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage(), 0, (n,), (1,))
-
-
 def same_layout(x: torch.Tensor, values: torch.Tensor, *, guard: float | None = None) -> torch.Tensor:
     """A fresh storage shaped like x's (same size, strides, offset) holding `values` in the view;
     the rest copies x's storage, or holds `guard`."""
-    base = _storage_words(x).clone()
+    base = storage_of(x).clone()
     if guard is not None:
         base.fill_(guard)
     view = base.as_strided(x.shape, x.stride(), x.storage_offset())
@@ -237,12 +231,12 @@ def guard_bands(spec: KernelSpec, case: Case) -> None:
     x = case.tensors["x"]
     out0 = case.tensors["out"]
     # work on a copy: the case (a fixture if this fails) keeps the pristine buffer
-    out = _storage_words(out0).clone().as_strided(out0.shape, out0.stride(), out0.storage_offset())
-    before = _bits(_storage_words(out)).clone()
-    x_before = _bits(_storage_words(x)).clone()
+    out = storage_of(out0).clone().as_strided(out0.shape, out0.stride(), out0.storage_offset())
+    before = _bits(storage_of(out)).clone()
+    x_before = _bits(storage_of(x)).clone()
     want = _run(spec, x)
     got = spec.fn(x, out=out)
-    after = _bits(_storage_words(out))
+    after = _bits(storage_of(out))
     inside = torch.zeros(after.numel(), dtype=torch.bool)
     idx = torch.arange(after.numel()).as_strided(out.shape, out.stride(), out.storage_offset())
     inside[idx.reshape(-1)] = True
@@ -258,7 +252,7 @@ def guard_bands(spec: KernelSpec, case: Case) -> None:
     if diff:
         raise AssertionError(f"{spec.name}: output written into a strided out= view differs from the default "
                              f"output: {diff}\n  {_where(case)}; out stride={out.stride()}")
-    if not torch.equal(x_before, _bits(_storage_words(x))):
+    if not torch.equal(x_before, _bits(storage_of(x))):
         raise AssertionError(f"{spec.name} modified its input storage when given out=\n  {_where(case)}")
 
 

@@ -20,6 +20,7 @@ import kernels
 from kernels.registry import REGISTRY
 from oracles.compare import compare_softmax
 from oracles.formats import format_of, to_float64
+from tests.harness import storage_of
 from tests.zoo import ZooKernel, zoo
 
 ZOO = {z.name: z for z in zoo()}
@@ -29,8 +30,8 @@ def _softmax_wrong(fn, kw: dict) -> bool:
     x = kw["x"]
     if "out" in kw:  # the out= kernels: does it write outside the view, or get the view wrong?
         out = kw["out"]
-        n = out.untyped_storage().nbytes() // out.element_size()
-        base = torch.empty(0, dtype=out.dtype, device=out.device).set_(out.untyped_storage(), 0, (n,), (1,))
+        base = storage_of(out)
+        n = base.numel()
         before = base.clone()
         fn(x, out=out)
         inside = torch.zeros(n, dtype=torch.bool, device=out.device)
