@@ -1,4 +1,4 @@
-"""`python -m reports`: the stability report of every registered kernel.
+"""`python -m flashcheck.reports`: the stability report of every registered kernel.
 
 For each kernel, dtype and adversarial class: examples drawn deterministically from the class's
 strategy, the kernel's output compared with the certified oracle, and the max/mean ULP error and
@@ -16,8 +16,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from kernels import INTERPRET
-from kernels.registry import REGISTRY
+from flashcheck.kernels import INTERPRET
+from flashcheck.kernels.registry import REGISTRY
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
 # Past |x_i - max| = 104, exp underflows below fp32's smallest subnormal: the output is 0.
@@ -150,7 +150,7 @@ def plot(rows: list[dict[str, Any]], out: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m reports", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m flashcheck.reports", description=__doc__.splitlines()[0])
     p.add_argument("--examples", type=int, default=None,
                    help="examples per kernel, dtype and class (default 6 on CPU, 40 on GPU)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")

@@ -5,7 +5,7 @@ from typing import Any
 
 import numpy as np
 
-from oracles.compare import Comparison
+from flashcheck.oracles.compare import Comparison
 
 
 class Accumulator:

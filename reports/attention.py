@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from kernels.registry import KernelSpec
-from oracles.attention import AttentionOracle, attention_oracle, compare_attention
-from oracles.formats import format_of, to_float64
-from strategies.attention import CLASSES, case_inputs
-from strategies.sample import draw_examples
+from flashcheck.kernels.registry import KernelSpec
+from flashcheck.oracles.attention import AttentionOracle, attention_oracle, compare_attention
+from flashcheck.oracles.formats import format_of, to_float64
+from flashcheck.strategies.attention import CLASSES, case_inputs
+from flashcheck.strategies.sample import draw_examples
 
 from ._stats import Accumulator
 
@@ -29,7 +29,7 @@ def blocking(spec: KernelSpec, head_dim: int, n: int, dtype: torch.dtype) -> tup
 
 def sdpa_output(q, k, v, *, causal=False, scale=None, kv_lens=None) -> torch.Tensor:
     """torch SDPA on the same tensors, device and dtype, with the same scale value and masks."""
-    from oracles.attention import effective_scale
+    from flashcheck.oracles.attention import effective_scale
 
     B, H, M, D = q.shape
     N = k.shape[2]

@@ -1,4 +1,4 @@
-"""`python -m reports.bench_attention`: forward attention speed on the GPU, ours against SDPA.
+"""`python -m flashcheck.reports.bench_attention`: forward attention speed on the GPU, ours against SDPA.
 
 fp16 and bf16; (B, H, S, D) = (4, 16, 4096, 64), (4, 16, 4096, 128), (2, 16, 16384, 128); causal
 and not. TFLOP/s of kernels.attention, of SDPA's flash backend and of SDPA's cuDNN backend, all
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-import kernels  # noqa: F401  (runtime switch first)
-from kernels._runtime import INTERPRET
+from flashcheck import kernels  # noqa: F401  (runtime switch first)
+from flashcheck.kernels._runtime import INTERPRET
 
 OUT = Path(__file__).resolve().parent / "attention_bench.md"
 SHAPES = [(4, 16, 4096, 64), (4, 16, 4096, 128), (2, 16, 16384, 128)]
@@ -54,7 +54,7 @@ def _sdpa(backend, q, k, v, causal):
 def run_case(b, h, s, d, dtype, causal, *, sweep: bool = False, log=print) -> dict:
     from torch.nn.attention import SDPBackend
 
-    from kernels.attention import attention
+    from flashcheck.kernels.attention import attention
 
     g = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=dtype, generator=g) for _ in range(3))
@@ -115,7 +115,7 @@ def to_markdown(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m reports.bench_attention", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m flashcheck.reports.bench_attention", description=__doc__.splitlines()[0])
     p.add_argument("--sweep", action="store_true", help="also time alternative launch configurations")
     p.add_argument("--quick", action="store_true", help="one shape only")
     p.add_argument("--out", type=Path, default=OUT)

@@ -1,4 +1,4 @@
-"""`python -m reports.bench_oracle`: certified softmax oracle throughput, elements per second.
+"""`python -m flashcheck.reports.bench_oracle`: certified softmax oracle throughput, elements per second.
 
 Rows of N = 16, 256 and 4096 logits (standard normal times 3, rounded to the format: typical
 attention logits), for fp16, bf16 and fp32 outputs, through the default path (float64 with a
@@ -13,8 +13,8 @@ import time
 
 import numpy as np
 
-from oracles import BF16, FP16, FP32, Format, round_float64, softmax_oracle
-from oracles import softmax as softmax_mod
+from flashcheck.oracles import BF16, FP16, FP32, Format, round_float64, softmax_oracle
+from flashcheck.oracles import softmax as softmax_mod
 
 SIZES = (16, 256, 4096)
 

@@ -1,4 +1,4 @@
-"""Softmax throughput on the GPU: `python -m reports.bench_softmax [--tune] [--quick]`.
+"""Softmax throughput on the GPU: `python -m flashcheck.reports.bench_softmax [--tune] [--quick]`.
 
 For fp16, bf16 and fp32 and each shape below: GB/s (one read of x plus one write of y counted)
 of every variant the dispatcher may pick at that shape, of the dispatcher, of `torch.softmax`,
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-import kernels  # noqa: F401  (first: the interpreter switch)
-from kernels import INTERPRET
-from kernels.softmax import (
+from flashcheck import kernels  # noqa: F401  (first: the interpreter switch)
+from flashcheck.kernels import INTERPRET
+from flashcheck.kernels.softmax import (
     ROW_MAX_N, choose_variant, online_config, sm_count, softmax, softmax_online, softmax_row, softmax_split,
     split_config,
 )

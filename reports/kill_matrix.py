@@ -1,9 +1,9 @@
 """The kill matrix: the default (ci) suite run against every kernel of the known-bad zoo.
 
-`python -m reports --kill-matrix` (or `python -m reports.kill_matrix`) runs, for each zoo kernel,
+`python -m flashcheck.reports --kill-matrix` (or `python -m flashcheck.reports.kill_matrix`) runs, for each zoo kernel,
 
     CI=true pytest tests --kernel tests/zoo/<family>_bugs.py:NAME --family <family> -x
-           -p no:xdist -p no:cacheprovider --fixture-dir <out>/kill_fixtures/NAME -p reports.kill_matrix
+           -p no:xdist -p no:cacheprovider --fixture-dir <out>/kill_fixtures/NAME -p flashcheck.reports.kill_matrix
 
 in a subprocess (the suite exactly as CI runs it against an external kernel, stopping at the first
 failure), and writes `kill_matrix.md` and `kill_matrix.json`: bug class x the test and property
@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from flashcheck import HOME as ROOT, IMPORT_ROOT
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
 KILL_ENV = "FLASHCHECK_KILL_JSON"
 NO_SHRINK_ENV = "FLASHCHECK_KILL_NO_SHRINK"
@@ -55,7 +55,7 @@ def pytest_configure(config) -> None:  # noqa: ANN001
               tests_passed=0, tests_failed=[], kernel=None)
 
     # After tests/conftest.py has put the external kernel in the registry: count its calls.
-    from kernels.registry import REGISTRY
+    from flashcheck.kernels.registry import REGISTRY
 
     if REGISTRY:
         spec = REGISTRY[0]
@@ -74,7 +74,7 @@ def pytest_configure(config) -> None:  # noqa: ANN001
 def pytest_collection_finish(session) -> None:  # noqa: ANN001
     if not _active():
         return
-    from tests import harness
+    from flashcheck import harness
 
     for key, fn in list(harness.PROPERTIES.items()):
         harness.PROPERTIES[key] = _watch(key[1], fn)
@@ -136,7 +136,7 @@ def _clean_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_", "HYPOTHESIS_", "FLASHCHECK_")) and k not in ("CI",)}
     env["CI"] = "true"  # the derandomized ci profile
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["PYTHONPATH"] = os.pathsep.join([str(IMPORT_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     return env
 
 
@@ -157,7 +157,7 @@ def run_zoo_kernel(z, *, out_dir: Path | None = None, first_only: bool = True, s
                    extra_args: list[str] | None = None) -> dict[str, Any]:
     """Run the default ci suite against one zoo kernel (a `tests.zoo.ZooKernel`) in a subprocess.
     shrink=False skips Hypothesis's shrink phase (same examples, same first failure, faster)."""
-    from tests.zoo import module_path
+    from flashcheck.tests.zoo import module_path
 
     tmp = Path(tempfile.mkdtemp(prefix=f"kill-{z.name}-"))
     fixtures = (out_dir / "kill_fixtures" / z.name) if out_dir else tmp / "fixtures"
@@ -165,7 +165,7 @@ def run_zoo_kernel(z, *, out_dir: Path | None = None, first_only: bool = True, s
     fixtures.mkdir(parents=True, exist_ok=True)
     result_json = tmp / "result.json"
     cmd = [sys.executable, "-m", "pytest", "tests", f"--kernel={module_path(z)}:{z.name}", f"--family={z.family}",
-           "-p", "no:xdist", "-p", "no:cacheprovider", "-p", "reports.kill_matrix", "-q", "--no-header",
+           "-p", "no:xdist", "-p", "no:cacheprovider", "-p", "flashcheck.reports.kill_matrix", "-q", "--no-header",
            "-W", "ignore::DeprecationWarning", f"--fixture-dir={fixtures}", *(["-x"] if first_only else []),
            *([] if save_fixtures else ["--no-save-fixtures"]), *(extra_args or [])]
     env = _clean_env()
@@ -209,7 +209,7 @@ def run_zoo_kernel(z, *, out_dir: Path | None = None, first_only: bool = True, s
 def run_all(names: list[str] | None = None, *, jobs: int = 2, out_dir: Path | None = None,
             first_only: bool = True, shrink: bool = True, extra_args: list[str] | None = None,
             log=print) -> list[dict[str, Any]]:
-    from tests.zoo import zoo
+    from flashcheck.tests.zoo import zoo
 
     chosen = [z for z in zoo() if not names or z.name in names]
 
@@ -277,14 +277,14 @@ def _environment() -> dict[str, str]:
     import torch
     import triton
 
-    from kernels import INTERPRET
+    from flashcheck.kernels import INTERPRET
 
     return {"date": dt.date.today().isoformat(), "device": "Triton interpreter (CPU)" if INTERPRET
             else torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
 
 
 def main(argv: list[str] | None = None, *, out: Path | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m reports --kill-matrix", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m flashcheck.reports --kill-matrix", description=__doc__.splitlines()[0])
     p.add_argument("--zoo", action="append", help="only this zoo kernel (repeatable)")
     p.add_argument("--jobs", type=int, default=2, help="zoo kernels run in parallel (default 2)")
     p.add_argument("--all-failures", action="store_true",

@@ -6,12 +6,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from kernels import INTERPRET
-from kernels.registry import KernelSpec
-from oracles.compare import compare_softmax
-from oracles.formats import format_of, to_float64
-from strategies.sample import draw_examples
-from strategies.softmax import CLASSES
+from flashcheck.kernels import INTERPRET
+from flashcheck.kernels.registry import KernelSpec
+from flashcheck.oracles.compare import compare_softmax
+from flashcheck.oracles.formats import format_of, to_float64
+from flashcheck.strategies.sample import draw_examples
+from flashcheck.strategies.softmax import CLASSES
 
 from ._stats import Accumulator
 

@@ -22,8 +22,8 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy, composite
 
-from kernels._runtime import DEVICE, INTERPRET
-from oracles.formats import FP16, Format, format_of
+from flashcheck.kernels._runtime import DEVICE, INTERPRET
+from flashcheck.oracles.formats import FP16, Format, format_of
 
 from .case import Case
 from .floats import representable

@@ -12,7 +12,7 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
-from oracles.formats import BF16, Format, round_float64
+from flashcheck.oracles.formats import BF16, Format, round_float64
 
 
 def _bf16_from_bits(bits: int) -> float:

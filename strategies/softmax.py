@@ -14,8 +14,8 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy, composite
 
-from kernels import DEVICE
-from oracles.formats import BF16, FP16, Format
+from flashcheck.kernels import DEVICE
+from flashcheck.oracles.formats import BF16, FP16, Format
 from .case import Case
 
 from .floats import Layout, exact_floats, layouts, materialize, representable

@@ -20,10 +20,10 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-import kernels  # noqa: F401  (switches on the interpreter before anything imports triton)
-from kernels.registry import ALL_DTYPES, FAMILIES, REGISTRY, KernelSpec
-from oracles.formats import format_of
-from tests import harness
+from flashcheck import kernels  # noqa: F401  (switches on the interpreter before anything imports triton)
+from flashcheck.kernels.registry import ALL_DTYPES, FAMILIES, REGISTRY, KernelSpec
+from flashcheck.oracles.formats import format_of
+from flashcheck import harness
 
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
             HealthCheck.large_base_example, HealthCheck.differing_executors]

@@ -24,14 +24,14 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from kernels import DEVICE, INTERPRET
-from kernels.registry import KernelSpec
-from oracles.attention import AttentionComparison, AttentionOracle, _visibility, attention_oracle, compare_attention
-from oracles.formats import FP32, Format, format_of, to_float64
-from reports.attention import blocking, sdpa_error_ratio, sdpa_output
-from strategies.attention import CLASSES, LAYOUTS, ODD_HEAD_DIMS, attention_cases, case_inputs
-from strategies.sample import draw_examples
-from tests.harness import Case, check, prop, storage_snapshot
+from flashcheck.kernels import DEVICE, INTERPRET
+from flashcheck.kernels.registry import KernelSpec
+from flashcheck.oracles.attention import AttentionComparison, AttentionOracle, _visibility, attention_oracle, compare_attention
+from flashcheck.oracles.formats import FP32, Format, format_of, to_float64
+from flashcheck.reports.attention import blocking, sdpa_error_ratio, sdpa_output
+from flashcheck.strategies.attention import CLASSES, LAYOUTS, ODD_HEAD_DIMS, attention_cases, case_inputs
+from flashcheck.strategies.sample import draw_examples
+from flashcheck.harness import Case, check, prop, storage_snapshot
 
 FAMILY = "attention"
 CORE_PROPERTIES = ("output_contract", "input_untouched", "special_values", "matches_oracle")
@@ -457,7 +457,7 @@ def test_sdpa_error_ratio_reported(spec: KernelSpec, dtype: torch.dtype) -> None
 
 def _scaled_spread(case: Case) -> float:
     q, k, v, kw = case_inputs(case)
-    from oracles.attention import effective_scale
+    from flashcheck.oracles.attention import effective_scale
 
     q64, k64 = to_float64(q), to_float64(k)
     s = np.einsum("bhmd,bhnd->bhmn", np.nan_to_num(q64), np.nan_to_num(k64)) * effective_scale(kw["scale"],

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels import DEVICE
-from tests.harness import Case, fixture_key, fixture_payload, load_fixture
+from flashcheck.kernels import DEVICE
+from flashcheck.harness import Case, fixture_key, fixture_payload, load_fixture
 
-ROOT = Path(__file__).resolve().parent.parent
+from flashcheck import HOME as ROOT, IMPORT_ROOT
 
 BROKEN = textwrap.dedent('''
     import torch
@@ -29,7 +29,7 @@ BROKEN = textwrap.dedent('''
 
 
 def _pytest(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(IMPORT_ROOT)}
     env.pop("PYTEST_XDIST_WORKER", None)
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", "--hypothesis-profile", "ci",
                            *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)

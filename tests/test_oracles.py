@@ -12,8 +12,8 @@ import pytest
 import torch
 from mpmath import libmp
 
-import oracles.softmax as softmax_mod
-from oracles import (
+import flashcheck.oracles.softmax as softmax_mod
+from flashcheck.oracles import (
     BF16,
     FP16,
     FP32,

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-import tests.test_attention  # noqa: F401  (registers the attention properties)
-import tests.test_softmax  # noqa: F401  (registers the softmax properties)
-import tests.test_softmax_metamorphic  # noqa: F401  (registers the metamorphic properties)
-from kernels import DEVICE
-from kernels.registry import REGISTRY
-from tests.harness import PROPERTIES, check, fixture_paths, load_fixture
+from . import test_attention  # noqa: F401  (registers the attention properties)
+from . import test_softmax  # noqa: F401  (registers the softmax properties)
+from . import test_softmax_metamorphic  # noqa: F401  (registers the metamorphic properties)
+from flashcheck.kernels import DEVICE
+from flashcheck.kernels.registry import REGISTRY
+from flashcheck.harness import PROPERTIES, check, fixture_paths, load_fixture
 
 
 def _replayable() -> list[tuple[Path, str]]:

@@ -13,13 +13,13 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from kernels import DEVICE, INTERPRET
-from kernels.registry import KernelSpec
-from oracles.bounds import softmax_sum_bound
-from oracles.compare import Comparison, compare_softmax
-from oracles.formats import Format, format_of, to_float64
-from strategies.softmax import CLASSES
-from tests.harness import Case, check, prop, storage_snapshot
+from flashcheck.kernels import DEVICE, INTERPRET
+from flashcheck.kernels.registry import KernelSpec
+from flashcheck.oracles.bounds import softmax_sum_bound
+from flashcheck.oracles.compare import Comparison, compare_softmax
+from flashcheck.oracles.formats import Format, format_of, to_float64
+from flashcheck.strategies.softmax import CLASSES
+from flashcheck.harness import Case, check, prop, storage_snapshot
 
 FAMILY = "softmax"
 # Longest rows drawn: the interpreter runs kernels in NumPy, the GPU in microseconds.

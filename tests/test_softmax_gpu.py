@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-import kernels
-from kernels.registry import get, kernels as registered
-from oracles.compare import compare_softmax
-from oracles.formats import format_of, to_float64
+from flashcheck import kernels
+from flashcheck.kernels.registry import get, kernels as registered
+from flashcheck.oracles.compare import compare_softmax
+from flashcheck.oracles.formats import format_of, to_float64
 
 pytestmark = pytest.mark.skipif(kernels.INTERPRET, reason="GPU only: rows of 1M-64M elements and "
                                 "tensors over 2^31 elements are out of reach of the Triton interpreter")
@@ -92,9 +92,9 @@ N64M = 1 << 26
     (torch.float32, torch.float32, "softmax"), (torch.float32, torch.float32, "softmax_split"),
 ], ids=str)
 def test_single_row_of_64m_dense(dtype: torch.dtype, out_dtype: torch.dtype, name: str) -> None:
-    from oracles.bounds import ftz_allowed, softmax_ulp_bound
-    from oracles.formats import ulp_distance
-    from oracles.softmax import softmax_oracle
+    from flashcheck.oracles.bounds import ftz_allowed, softmax_ulp_bound
+    from flashcheck.oracles.formats import ulp_distance
+    from flashcheck.oracles.softmax import softmax_oracle
 
     spec = get(name)
     rng = np.random.default_rng(5)
@@ -119,9 +119,9 @@ def test_single_row_of_64m_dense(dtype: torch.dtype, out_dtype: torch.dtype, nam
 @pytest.mark.parametrize("dtype,name", [(torch.float16, "softmax"), (torch.bfloat16, "softmax_split"),
                                         (torch.float32, "softmax")], ids=str)
 def test_single_row_of_64m_sparse(dtype: torch.dtype, name: str) -> None:
-    from oracles.bounds import ftz_allowed, softmax_ulp_bound
-    from oracles.formats import ulp_distance
-    from oracles.softmax import softmax_oracle
+    from flashcheck.oracles.bounds import ftz_allowed, softmax_ulp_bound
+    from flashcheck.oracles.formats import ulp_distance
+    from flashcheck.oracles.softmax import softmax_oracle
 
     spec = get(name)
     rng = np.random.default_rng(6)

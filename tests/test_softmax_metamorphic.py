@@ -41,17 +41,17 @@ import torch
 from hypothesis import given, strategies as st
 from hypothesis.strategies import composite
 
-from kernels import DEVICE, INTERPRET
-from kernels.registry import KernelSpec
-from oracles.bounds import ftz_allowed, softmax_ulp_bound
-from oracles.compare import compare_softmax
-from oracles.formats import BF16, FP16, Format, format_of, to_float64, ulp_distance
-from oracles.softmax import softmax_oracle
-from strategies.case import Case
-from strategies.floats import Layout, layouts, materialize
-from strategies.softmax import row_lengths, softmax_cases
-from tests.harness import check, prop, storage_of
-from tests.test_softmax import max_n_for
+from flashcheck.kernels import DEVICE, INTERPRET
+from flashcheck.kernels.registry import KernelSpec
+from flashcheck.oracles.bounds import ftz_allowed, softmax_ulp_bound
+from flashcheck.oracles.compare import compare_softmax
+from flashcheck.oracles.formats import BF16, FP16, Format, format_of, to_float64, ulp_distance
+from flashcheck.oracles.softmax import softmax_oracle
+from flashcheck.strategies.case import Case
+from flashcheck.strategies.floats import Layout, layouts, materialize
+from flashcheck.strategies.softmax import row_lengths, softmax_cases
+from flashcheck.harness import check, prop, storage_of
+from .test_softmax import max_n_for
 
 FAMILY = "softmax"
 # Each example calls the kernel several times: rows up to 640 on the CPU (past the dispatcher's

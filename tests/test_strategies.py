@@ -24,12 +24,12 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-from kernels.registry import REGISTRY, KernelSpec
-from oracles.formats import Format, format_of, to_float64
-from oracles.softmax import softmax_oracle
-from strategies.case import Case
-from strategies.softmax import CLASSES
-from tests.harness import storage_of
+from flashcheck.kernels.registry import REGISTRY, KernelSpec
+from flashcheck.oracles.formats import Format, format_of, to_float64
+from flashcheck.oracles.softmax import softmax_oracle
+from flashcheck.strategies.case import Case
+from flashcheck.strategies.softmax import CLASSES
+from flashcheck.harness import storage_of
 
 NEG_INF = -math.inf
 CI_PROFILE = "ci"
@@ -54,7 +54,7 @@ def ci_draws(spec: KernelSpec, dtype: torch.dtype, cls: str, *, node_id: str | N
     ci profile, in order."""
     import importlib
 
-    ts = importlib.import_module(f"tests.test_{spec.family}")
+    ts = importlib.import_module(f"{__package__}.test_{spec.family}")
     node_id = node_id or globals()["node_id"](spec, dtype, cls)
     key = (node_id, spec.name, cls)
     if key in _CACHE:
@@ -331,7 +331,7 @@ def _unreached(features, draws: dict[str, list[Case]], fmt, max_n: int | None = 
 
 def missing_features(spec: KernelSpec, dtype: torch.dtype, *, salt: str = "") -> list[str]:
     """Features of `FEATURES` that the ci draws of `spec` and `dtype` never reach."""
-    import tests.test_softmax as ts
+    from . import test_softmax as ts
 
     draws = {cls: ci_draws(spec, dtype, cls, node_id=node_id(spec, dtype, cls) + salt)
              for cls in sorted(CLASSES)}
@@ -460,7 +460,7 @@ ATTENTION_FEATURES = [
 
 
 def missing_attention_features(spec: KernelSpec, dtype: torch.dtype) -> list[str]:
-    import tests.test_attention as ta
+    from . import test_attention as ta
 
     draws = {cls: ci_draws(spec, dtype, cls) for cls in sorted(ta.CLASSES)}
     return _unreached(ATTENTION_FEATURES, draws, format_of(dtype))

@@ -5,7 +5,7 @@ a subprocess, exactly as `pytest --kernel tests/zoo/<family>_bugs.py:NAME --fami
 does (stopping at the first failure, Hypothesis's shrink phase skipped: the same derandomized
 examples, so the same first failure, without the cost of minimizing it). A survivor means a
 strategy or a property is missing: fix the suite, never drop the zoo kernel.
-`python -m reports --kill-matrix` prints which test and property caught each one.
+`python -m flashcheck.reports --kill-matrix` prints which test and property caught each one.
 
 Cheap checks first: on a hand-made trigger input, each broken kernel is wrong and its fixed twin
 (the same kernel with the bug switched off) is right, so a kill is the bug's doing.
@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 import torch
 
-import kernels
-from kernels.registry import REGISTRY
-from oracles.compare import compare_softmax
-from oracles.formats import format_of, to_float64
-from tests.harness import storage_of
-from tests.zoo import ZooKernel, zoo
+from flashcheck import kernels
+from flashcheck.kernels.registry import REGISTRY
+from flashcheck.oracles.compare import compare_softmax
+from flashcheck.oracles.formats import format_of, to_float64
+from flashcheck.harness import storage_of
+from flashcheck.tests.zoo import ZooKernel, zoo
 
 ZOO = {z.name: z for z in zoo()}
 
@@ -46,7 +46,7 @@ def _softmax_wrong(fn, kw: dict) -> bool:
 
 
 def _attention_wrong(fn, kw: dict) -> bool:
-    from oracles.attention import attention_oracle, compare_attention
+    from flashcheck.oracles.attention import attention_oracle, compare_attention
 
     kw = dict(kw)
     q, k, v = kw.pop("q"), kw.pop("k"), kw.pop("v")
@@ -86,7 +86,7 @@ def test_trigger_shows_the_bug_and_only_the_bug(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(ZOO))
 def test_the_default_suite_catches_it(name: str) -> None:
-    from reports.kill_matrix import run_zoo_kernel
+    from flashcheck.reports.kill_matrix import run_zoo_kernel
 
     r = run_zoo_kernel(ZOO[name], shrink=False, save_fixtures=False)
     assert r["caught"], (f"zoo kernel {name} ({r['bug_class']}) SURVIVED the ci suite (exit {r['returncode']}): "

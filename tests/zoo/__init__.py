@@ -5,7 +5,7 @@ external kernel, e.g.
 
     pytest --kernel tests/zoo/softmax_bugs.py:online_rescale_nan --family softmax -x
 
-(`python -m reports --kill-matrix` runs them all, `tests/test_zoo.py` asserts it). They are never
+(`python -m flashcheck.reports --kill-matrix` runs them all, `tests/test_zoo.py` asserts it). They are never
 registered in `kernels/` and nothing in the production code imports them.
 
 Each module lists its kernels in `ZOO`: name -> `ZooKernel` (the broken function, the same code

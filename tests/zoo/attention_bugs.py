@@ -19,11 +19,11 @@ import inspect
 import numpy as np
 import torch
 
-import kernels  # noqa: F401  (the interpreter switch, before triton)
-from kernels import DEVICE
-from kernels._common import INTERPRET, LOG2E, bf16_as_bits, kernel_view, load_f32_zero, store_f32, tl, triton
-from kernels.attention import _check_inputs, effective_scale
-from tests.zoo import ZooKernel
+from flashcheck import kernels  # noqa: F401  (the interpreter switch, before triton)
+from flashcheck.kernels import DEVICE
+from flashcheck.kernels._common import INTERPRET, LOG2E, bf16_as_bits, kernel_view, load_f32_zero, store_f32, tl, triton
+from flashcheck.kernels.attention import _check_inputs, effective_scale
+from flashcheck.tests.zoo import ZooKernel
 
 NONE, NAN_KV, HEAD_DIM_CUT, CAUSAL_OFF_BY_ONE, KV_LENS_IGNORED, RESCALE_NAN, FP16_SCORES = range(7)
 CUT_BLOCK_D = 64  # the block the head dim gets cut to (Triton #621: D = 80 with a 64 block)

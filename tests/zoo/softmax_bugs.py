@@ -27,10 +27,10 @@ import inspect
 import numpy as np
 import torch
 
-import kernels  # noqa: F401  (the interpreter switch, before triton)
-from kernels import DEVICE
-from kernels._common import LOG2E, bf16_as_bits, check_float, check_out, kernel_view, load_f32, store_f32, tl, triton
-from tests.zoo import ZooKernel
+from flashcheck import kernels  # noqa: F401  (the interpreter switch, before triton)
+from flashcheck.kernels import DEVICE
+from flashcheck.kernels._common import LOG2E, bf16_as_bits, check_float, check_out, kernel_view, load_f32, store_f32, tl, triton
+from flashcheck.tests.zoo import ZooKernel
 
 _LOG2E = tl.constexpr(LOG2E)
 

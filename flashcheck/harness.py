@@ -22,11 +22,12 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from kernels.registry import KernelSpec
-from strategies.case import Case
+from flashcheck import HOME
+from flashcheck.kernels.registry import KernelSpec
+from flashcheck.strategies.case import Case
 
 FIXTURE_FORMAT = 1
-DEFAULT_FIXTURE_DIR = Path(__file__).resolve().parent / "regressions"
+DEFAULT_FIXTURE_DIR = HOME / "tests" / "regressions"
 SAVE_ENV = "FLASHCHECK_SAVE_FIXTURES"
 DIR_ENV = "FLASHCHECK_FIXTURE_DIR"
 
@@ -139,7 +140,7 @@ def _versions() -> dict[str, str]:
     import hypothesis
     import triton
 
-    from kernels import INTERPRET
+    from flashcheck.kernels import INTERPRET
 
     return {"torch": torch.__version__, "triton": triton.__version__, "hypothesis": hypothesis.__version__,
             "numpy": np.__version__, "python": platform.python_version(),
