@@ -21,6 +21,10 @@ class KernelSpec:
     configs: launch configurations (kwargs for `fn`) that must all give identical bits.
     tunings: launch configurations that may reassociate the sum (so change the last bits):
         each must still meet the oracle bound.
+
+    Declared capabilities (what an external kernel says it supports; the defaults claim
+    everything, so an undeclared limit fails instead of hiding). They only narrow what the
+    strategies draw and which tests run; `flashcheck.external.CAPABILITIES` documents each.
     """
 
     name: str
@@ -33,6 +37,21 @@ class KernelSpec:
     configs: tuple[dict[str, Any], ...] = ()
     tunings: tuple[dict[str, Any], ...] = ()
     max_head_dim: int = 256
+    sizes: tuple[int, ...] = ()
+    validates_input: bool = True
+    contiguous_only: bool = False
+    takes_out: bool | None = None  # None: decided from fn's signature
+    shift_exact: bool = True
+    # attention
+    head_dims: Callable[[int], bool] | None = None
+    square_only: bool = False
+    causal: bool = True
+    causal_align: tuple[str, ...] = ("top_left",)
+    kv_lens: bool = True
+    custom_scale: bool = True
+    row_sum: str = "rounded_p"
+    empty_row_lse: float = float("-inf")
+    block_n: int | None = None
     external: bool = False
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -47,6 +66,9 @@ class KernelSpec:
         if n is None:
             return True
         return n >= self.min_n and (self.max_n is None or n <= self.max_n)
+
+    def supports_head_dim(self, d: int) -> bool:
+        return d <= self.max_head_dim and (self.head_dims is None or bool(self.head_dims(d)))
 
     def summation_depth(self, n: int) -> int:
         """Depth of the sum's rounding chain for a row of n (n, recursive summation, if unknown)."""

@@ -12,8 +12,6 @@ import os
 # per worker fighting over the same cores. Set before NumPy loads its BLAS.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,7 @@ from hypothesis import HealthCheck, settings
 
 from flashcheck import kernels  # noqa: F401  (switches on the interpreter before anything imports triton)
 from flashcheck.kernels.registry import ALL_DTYPES, FAMILIES, REGISTRY, KernelSpec
+from flashcheck.external import KernelLoadError, load_kernel
 from flashcheck.oracles.formats import format_of
 from flashcheck import harness
 
@@ -57,37 +56,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def load_external_kernel(target: str, family: str, dtypes: str | None, max_n: int | None) -> KernelSpec:
-    """Turn FILE.py:FUNCTION into a KernelSpec; the function may carry a `flashcheck` dict
-    (dtypes, max_n, min_n, depth) declaring narrower capabilities, or be a KernelSpec itself."""
-    path_s, sep, attr = target.rpartition(":")
-    if not sep or not path_s or not attr:
-        raise pytest.UsageError(f"--kernel wants FILE.py:FUNCTION, got {target!r}")
-    path = Path(path_s).resolve()
-    if not path.is_file():
-        raise pytest.UsageError(f"--kernel: no such file {path}")
-    name = f"flashcheck_external_{path.stem}"
-    mod_spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(mod_spec)
-    sys.modules[name] = module  # dataclasses and pickling look the module up by name
-    mod_spec.loader.exec_module(module)
+    overrides = {k: v for k, v in (("dtypes", dtypes), ("max_n", max_n)) if v is not None}
     try:
-        obj = getattr(module, attr)
-    except AttributeError:
-        raise pytest.UsageError(f"--kernel: {path.name} has no attribute {attr!r}") from None
-    if isinstance(obj, KernelSpec):
-        if obj.family != family:
-            raise pytest.UsageError(f"--kernel: {attr} is a {obj.family} kernel, not {family}")
-        return obj
-    if not callable(obj):
-        raise pytest.UsageError(f"--kernel: {attr} is not callable")
-    caps = dict(getattr(obj, "flashcheck", {}) or {})
-    if dtypes:
-        caps["dtypes"] = dtypes.split(",")
-    if max_n is not None:
-        caps["max_n"] = max_n
-    dts = tuple(format_of(d).torch_dtype for d in caps.pop("dtypes", ALL_DTYPES))
-    return KernelSpec(name=f"{path.stem}.{attr}", family=family, fn=obj, dtypes=dts,
-                      external=True, description=f"external kernel {target}", **caps)
+        return load_kernel(target, family, overrides=overrides)
+    except KernelLoadError as e:
+        raise pytest.UsageError(str(e)) from None
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -9,7 +9,7 @@ failure is saved as an exact-bit fixture like any other:
   x_i - max are exact in the input format and in fp32; a kernel that subtracts the max before
   any other rounding then computes bit-identical values ((x_i + c) - (m + c) = x_i - m). A kernel
   that rounds before subtracting (e.g. x * log2(e) - m * log2(e)) is still right but not
-  shift-exact: it declares `extra={"shift_exact": False}` (a `flashcheck` dict key for external
+  shift-exact: it declares `shift_exact=False` (a `flashcheck` dict key for external
   kernels) and is then held to the derived bound instead.
 * permutation_equivariant: softmax(x P) = softmax(x) P within the derived bound, not bitwise:
   permuting the columns reorders the fp32 sum (and moves values between chunks), so its last bits
@@ -102,6 +102,8 @@ def same_layout(x: torch.Tensor, values: torch.Tensor, *, guard: float | None = 
 
 
 def accepts_out(spec: KernelSpec) -> bool:
+    if spec.takes_out is not None:
+        return spec.takes_out
     try:
         params = inspect.signature(spec.fn).parameters
     except (TypeError, ValueError):
@@ -135,7 +137,7 @@ def shift_invariant(spec: KernelSpec, case: Case) -> None:
         raise ValueError(f"case bug: x + {c} is not exact in {x.dtype} ({case.label})")
     xs = same_layout(x, xs_t.to(x.device))
     y, ys = _run(spec, x), _run(spec, xs)
-    if spec.extra.get("shift_exact", True):
+    if spec.shift_exact:
         diff = _first_diff(y, ys)
         if diff:
             raise AssertionError(f"{spec.name}: softmax(x + {c!r}) != softmax(x) bit for bit: {diff}\n"

@@ -1,0 +1,249 @@
+"""Turn a kernel author's function into a `KernelSpec`: where it is, and what it declares.
+
+A target is `path/to/file.py:fn`, `package.module:fn`, or the name of a registered kernel. The
+function may carry a `flashcheck` dict of capabilities (or be a `KernelSpec` itself); command-line
+flags override the dict. Declarations only narrow what the suite draws: an undeclared capability
+is assumed supported, so a call the kernel cannot take fails the run instead of passing silently.
+
+Every problem with the target or a declaration is a `KernelLoadError` whose message is one line
+naming the file, attribute or key at fault.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import sys
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import torch
+
+from flashcheck.kernels.registry import FAMILIES, REGISTRY, KernelSpec
+from flashcheck.oracles.formats import BY_NAME
+
+
+class KernelLoadError(ValueError):
+    """The kernel target or one of its declarations is unusable (the message names which)."""
+
+
+# ---- declarations -------------------------------------------------------------------------------
+
+def _dtypes(v: Any) -> tuple[torch.dtype, ...]:
+    names = v.split(",") if isinstance(v, str) else list(v)
+    out = []
+    for n in names:
+        if isinstance(n, torch.dtype):
+            out.append(n)
+            continue
+        key = str(n).strip().removeprefix("torch.")
+        key = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "fp32", "float": "fp32"}.get(key, key)
+        if key not in BY_NAME:
+            raise ValueError(f"unknown dtype {n!r} (fp16, bf16, fp32)")
+        out.append(BY_NAME[key].torch_dtype)
+    if not out:
+        raise ValueError("no dtype given")
+    return tuple(dict.fromkeys(out))
+
+
+def _positive_int(v: Any) -> int:
+    if isinstance(v, bool) or int(v) != v or int(v) < 1:
+        raise ValueError(f"{v!r} is not a positive integer")
+    return int(v)
+
+
+def _bool(v: Any) -> bool:
+    if isinstance(v, str):
+        low = v.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+    if isinstance(v, bool):
+        return v
+    raise ValueError(f"{v!r} is not true or false")
+
+
+def _ints(v: Any) -> tuple[int, ...]:
+    items = v.split(",") if isinstance(v, str) else list(v)
+    return tuple(sorted({_positive_int(int(i)) for i in items}))
+
+
+def _head_dims(v: Any) -> Callable[[int], bool]:
+    if callable(v):
+        return v
+    allowed = frozenset(_ints(v))
+    pred = allowed.__contains__
+    pred.__doc__ = f"head dims {sorted(allowed)}"
+    return pred
+
+
+def _choice(*options: str) -> Callable[[Any], str]:
+    def conv(v: Any) -> str:
+        if v not in options:
+            raise ValueError(f"{v!r} is not one of {', '.join(options)}")
+        return v
+    return conv
+
+
+def _aligns(v: Any) -> tuple[str, ...]:
+    items = v.split(",") if isinstance(v, str) else ([v] if isinstance(v, str) else list(v))
+    conv = _choice("top_left", "bottom_right")
+    return tuple(conv(i.strip() if isinstance(i, str) else i) for i in items)
+
+
+def _empty_lse(v: Any) -> float:
+    f = float(v)
+    if not math.isinf(f):
+        raise ValueError(f"{v!r} is not -inf or +inf")
+    return f
+
+
+def _configs(v: Any) -> tuple[dict[str, Any], ...]:
+    items = tuple(dict(c) for c in v)
+    return items
+
+
+def _callable(v: Any) -> Callable:
+    if not callable(v):
+        raise ValueError(f"{v!r} is not callable")
+    return v
+
+
+#: Capability key -> (KernelSpec field, converter, families it applies to, help).
+CAPABILITIES: dict[str, tuple[str, Callable[[Any], Any], tuple[str, ...], str]] = {
+    "dtypes": ("dtypes", _dtypes, FAMILIES, "dtypes it takes: fp16, bf16, fp32"),
+    "min_n": ("min_n", _positive_int, FAMILIES, "shortest row (softmax) or key count (attention)"),
+    "max_n": ("max_n", _positive_int, FAMILIES, "longest row (softmax) or key count (attention)"),
+    "sizes": ("sizes", _ints, FAMILIES, "sizes that matter to it (tiles, dispatch thresholds): "
+                                        "row/key lengths are drawn just below, at and above them"),
+    "depth": ("depth", _callable, ("softmax",), "depth(n): its summation depth for a row of n"),
+    "validates_input": ("validates_input", _bool, FAMILIES,
+                        "it raises on bad input (dtype, rank, device): the bad-input tests run"),
+    "contiguous_only": ("contiguous_only", _bool, FAMILIES, "it takes contiguous inputs only"),
+    "out": ("takes_out", _bool, ("softmax",), "it accepts out= (guard-band tests run)"),
+    "shift_exact": ("shift_exact", _bool, ("softmax",), "exact shifts give identical bits"),
+    "configs": ("configs", _configs, FAMILIES, "launch kwargs that must give identical bits"),
+    "tunings": ("tunings", _configs, FAMILIES, "launch kwargs that may change bits within the bound"),
+    "head_dims": ("head_dims", _head_dims, ("attention",), "head dims it takes (list or predicate)"),
+    "max_head_dim": ("max_head_dim", _positive_int, ("attention",), "largest head dim"),
+    "square_only": ("square_only", _bool, ("attention",), "M = N only"),
+    "causal": ("causal", _bool, ("attention",), "it takes causal=True"),
+    "causal_align": ("causal_align", _aligns, ("attention",),
+                     "causal alignment it implements: top_left (SDPA), bottom_right (FlashAttention)"),
+    "kv_lens": ("kv_lens", _bool, ("attention",), "it takes kv_lens="),
+    "custom_scale": ("custom_scale", _bool, ("attention",), "it takes scale="),
+    "row_sum": ("row_sum", _choice("rounded_p", "fp32_p"), ("attention",),
+                "row sum from the 16-bit P (V of ones exact) or the fp32 P (within 1 ulp)"),
+    "empty_row_lse": ("empty_row_lse", _empty_lse, ("attention",),
+                      "lse of a row with no visible key: -inf (torch) or +inf (FlashAttention 2)"),
+    "block_n": ("block_n", _positive_int, ("attention",), "its key block: the bound's blocking"),
+}
+
+
+def apply_capabilities(base: dict[str, Any], caps: Mapping[str, Any], family: str, origin: str) -> dict[str, Any]:
+    """KernelSpec keyword arguments from `base` updated by the declarations in `caps`."""
+    out = dict(base)
+    extra = dict(out.get("extra") or {})
+    for key, value in caps.items():
+        if key not in CAPABILITIES:
+            raise KernelLoadError(f"{origin}: unknown capability {key!r}; known: {', '.join(sorted(CAPABILITIES))}")
+        field, conv, families, _ = CAPABILITIES[key]
+        if family not in families:
+            raise KernelLoadError(f"{origin}: capability {key!r} is for {'/'.join(families)} kernels, "
+                                  f"not {family}")
+        try:
+            out[field] = conv(value)
+        except (TypeError, ValueError) as e:
+            raise KernelLoadError(f"{origin}: capability {key!r}: {e}") from None
+    if out.get("min_n") and out.get("max_n") and out["min_n"] > out["max_n"]:
+        raise KernelLoadError(f"{origin}: min_n {out['min_n']} > max_n {out['max_n']}")
+    if extra:
+        out["extra"] = extra
+    return out
+
+
+# ---- loading ------------------------------------------------------------------------------------
+
+def _split_target(target: str) -> tuple[str, str]:
+    where, sep, attr = target.rpartition(":")
+    if not sep or not where or not attr:
+        raise KernelLoadError(f"kernel {target!r}: expected FILE.py:FUNCTION, package.module:FUNCTION "
+                              f"or a registered name ({', '.join(s.name for s in REGISTRY)})")
+    return where, attr
+
+
+def _import_file(path: Path) -> Any:
+    if not path.is_file():
+        raise KernelLoadError(f"kernel file {path}: no such file")
+    name = f"flashcheck_external_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise KernelLoadError(f"kernel file {path}: not a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling look a module up by name
+    # The file's own folder first, as `python file.py` would: its sibling imports resolve.
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as e:
+        sys.modules.pop(name, None)
+        raise KernelLoadError(f"kernel file {path}:{e.lineno}: syntax error: {e.msg}") from None
+    except Exception as e:
+        sys.modules.pop(name, None)
+        raise KernelLoadError(f"kernel file {path}: importing it raised {type(e).__name__}: {e}") from None
+    return module
+
+
+def _import_module(dotted: str) -> Any:
+    try:
+        return importlib.import_module(dotted)
+    except ModuleNotFoundError as e:
+        raise KernelLoadError(f"kernel module {dotted!r}: {e}") from None
+    except SyntaxError as e:
+        raise KernelLoadError(f"kernel module {dotted!r}: {e.filename}:{e.lineno}: syntax error: {e.msg}") from None
+    except Exception as e:
+        raise KernelLoadError(f"kernel module {dotted!r}: importing it raised {type(e).__name__}: {e}") from None
+
+
+def load_kernel(target: str, family: str | None = None, *, overrides: Mapping[str, Any] | None = None) -> KernelSpec:
+    """The KernelSpec for `target` (FILE.py:FN, package.module:FN or a registered name).
+
+    family: required for a plain function, checked against a KernelSpec's. overrides: capability
+    declarations that replace the function's own `flashcheck` dict entries (command-line flags).
+    """
+    if family is not None and family not in FAMILIES:
+        raise KernelLoadError(f"--family {family!r}: expected one of {', '.join(FAMILIES)}")
+    if ":" not in target:
+        for s in REGISTRY:
+            if s.name == target:
+                if family is not None and s.family != family:
+                    raise KernelLoadError(f"kernel {target!r} is a {s.family} kernel, not {family}")
+                return s
+    where, attr = _split_target(target)
+    is_file = where.endswith(".py") or "/" in where or "\\" in where
+    module = _import_file(Path(where).resolve()) if is_file else _import_module(where)
+    label = where if is_file else f"module {where}"
+    try:
+        obj = getattr(module, attr)
+    except AttributeError:
+        public = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))]
+        raise KernelLoadError(f"kernel {label}: no attribute {attr!r} (callables: {', '.join(public[:20])})") from None
+    if isinstance(obj, KernelSpec):
+        if family is not None and obj.family != family:
+            raise KernelLoadError(f"kernel {label}:{attr} is a {obj.family} kernel, not {family}")
+        return obj
+    if not callable(obj):
+        raise KernelLoadError(f"kernel {label}:{attr} is {type(obj).__name__}, not callable")
+    if family is None:
+        raise KernelLoadError(f"kernel {label}:{attr}: say which suite runs with --family "
+                              f"({', '.join(FAMILIES)})")
+    caps = getattr(obj, "flashcheck", None) or {}
+    if not isinstance(caps, Mapping):
+        raise KernelLoadError(f"kernel {label}:{attr}: its `flashcheck` attribute is "
+                              f"{type(caps).__name__}, not a dict")
+    kwargs = apply_capabilities({}, caps, family, f"{label}:{attr}.flashcheck")
+    kwargs = apply_capabilities(kwargs, overrides or {}, family, "command line")
+    stem = Path(where).stem if is_file else where.rsplit(".", 1)[-1]
+    return KernelSpec(name=f"{stem}.{attr}", family=family, fn=obj, external=True,
+                      description=f"external kernel {target}", **kwargs)
