@@ -64,6 +64,10 @@ def _bool(v: Any) -> bool:
     raise ValueError(f"{v!r} is not true or false")
 
 
+def _validation(v: Any) -> bool | str:
+    return "typed" if v == "typed" else _bool(v)
+
+
 def _ints(v: Any) -> tuple[int, ...]:
     items = v.split(",") if isinstance(v, str) else list(v)
     return tuple(sorted({_positive_int(int(i)) for i in items}))
@@ -118,8 +122,9 @@ CAPABILITIES: dict[str, tuple[str, Callable[[Any], Any], tuple[str, ...], str]] 
     "sizes": ("sizes", _ints, FAMILIES, "sizes that matter to it (tiles, dispatch thresholds): "
                                         "row/key lengths are drawn just below, at and above them"),
     "depth": ("depth", _callable, ("softmax",), "depth(n): its summation depth for a row of n"),
-    "validates_input": ("validates_input", _bool, FAMILIES,
-                        "it raises on bad input (dtype, rank, device): the bad-input tests run"),
+    "validates_input": ("validates_input", _validation, FAMILIES,
+                        "it raises on bad input (dtype, rank, device, size): the bad-input tests run; "
+                        "true: any exception, \"typed\": TypeError for dtypes, ValueError for the rest"),
     "contiguous_only": ("contiguous_only", _bool, FAMILIES, "it takes contiguous inputs only"),
     "out": ("takes_out", _bool, ("softmax",), "it accepts out= (guard-band tests run)"),
     "shift_exact": ("shift_exact", _bool, ("softmax",), "exact shifts give identical bits"),
@@ -242,8 +247,10 @@ def load_kernel(target: str, family: str | None = None, *, overrides: Mapping[st
     if not isinstance(caps, Mapping):
         raise KernelLoadError(f"kernel {label}:{attr}: its `flashcheck` attribute is "
                               f"{type(caps).__name__}, not a dict")
-    kwargs = apply_capabilities({}, caps, family, f"{label}:{attr}.flashcheck")
+    # Nothing is promised that the author did not declare: no input validation by default.
+    kwargs = apply_capabilities({"validates_input": False}, caps, family, f"{label}:{attr}.flashcheck")
     kwargs = apply_capabilities(kwargs, overrides or {}, family, "command line")
     stem = Path(where).stem if is_file else where.rsplit(".", 1)[-1]
+    kwargs["extra"] = {**kwargs.get("extra", {}), "target": target}
     return KernelSpec(name=f"{stem}.{attr}", family=family, fn=obj, external=True,
                       description=f"external kernel {target}", **kwargs)

@@ -52,25 +52,117 @@ def prop(family: str, name: str) -> Callable[[Property], Property]:
 def check(spec: KernelSpec, name: str, case: Case) -> None:
     """Run a property; if this is Hypothesis's final (shrunk) failing example, save a fixture."""
     try:
-        PROPERTIES[(spec.family, name)](spec, case)
+        prop_fn = PROPERTIES[(spec.family, name)]
+    except KeyError:
+        raise KeyError(f"no {spec.family} property named {name!r}; known: "
+                       f"{sorted(n for f, n in PROPERTIES if f == spec.family)}") from None
+    try:
+        prop_fn(spec, case)
     except Exception as exc:
         if saving_enabled() and _is_final_hypothesis_example():
-            save_fixture(spec, name, case, exc)
+            path = save_fixture(spec, name, case, exc)
+            exc.add_note(replay_note(path, spec))
         raise
 
 
 def _is_final_hypothesis_example() -> bool:
-    from hypothesis.control import currently_in_test_context, current_build_context
+    """True while Hypothesis replays the shrunk failing example (its last run of the test).
 
-    return currently_in_test_context() and current_build_context().is_final
+    `currently_in_test_context` is public; `current_build_context().is_final` is the one
+    internal attribute kept: tests/test_fixtures.py fails loudly if an upgrade removes it.
+    """
+    from hypothesis.control import current_build_context, currently_in_test_context
+
+    if not currently_in_test_context():
+        return False
+    try:
+        return bool(current_build_context().is_final)
+    except AttributeError as e:  # pragma: no cover - a Hypothesis upgrade changed its internals
+        import hypothesis
+
+        raise RuntimeError(f"Hypothesis {hypothesis.__version__} has no BuildContext.is_final: "
+                           "flashcheck cannot tell the shrunk example; pin hypothesis or update "
+                           "flashcheck.harness._is_final_hypothesis_example") from e
+
+
+def kernel_target(spec: KernelSpec) -> str:
+    """How to name this kernel on the command line (the external target, or the registered name)."""
+    return str(spec.extra.get("target") or spec.name)
+
+
+def replay_note(path: Path, spec: KernelSpec) -> str:
+    """What a failure ends with: where its fixture is, how to replay it, how to rebuild the input."""
+    payload = json.loads(Path(path).read_text())
+    return "\n".join([
+        f"flashcheck fixture: {path}",
+        f"replay: flashcheck replay {path}" + (f" --kernel {kernel_target(spec)}" if spec.external else ""),
+        "repro (rebuilds the exact input bits):",
+        repro_snippet(payload, path),
+    ])
+
+
+_SNIPPET_WORDS = 512
+
+
+def repro_snippet(payload: dict[str, Any], path: Path | str) -> str:
+    """Standalone Python that rebuilds the fixture's inputs bit for bit and calls the kernel."""
+    lines = ["    import numpy as np, torch"]
+    small = all(t["storage_words"] <= _SNIPPET_WORDS for t in payload["tensors"].values())
+    if small:
+        for name, t in payload["tensors"].items():
+            words = [int(w, 16) for line in t["bits"] for w in line.split()]
+            width = _WORD[_DTYPES[t["dtype"]].itemsize]
+            lines.append(f"    {name} = torch.from_numpy(np.array({words}, dtype=np.{width.__name__})"
+                         f".view(np.int{8 * _DTYPES[t['dtype']].itemsize}).copy())"
+                         f".view(torch.{t['dtype']}).as_strided({tuple(t['shape'])}, {tuple(t['stride'])}, "
+                         f"{t['storage_offset']})")
+    else:
+        lines.append("    from flashcheck.harness import load_fixture")
+        lines.append(f"    _, case = load_fixture({str(path)!r}, torch.device('cpu'))")
+        for name in payload["tensors"]:
+            lines.append(f"    {name} = case.tensors[{name!r}]")
+    lines.append("    # on a GPU: build the storage there (torch.from_numpy(...).cuda()) before .view/.as_strided")
+    kwargs = ", ".join(f"{k}={_kwarg_repr(v)}" for k, v in payload["kwargs"].items())
+    args = ", ".join(payload["tensors"])
+    lines.append(f"    out = {payload['kernel'].rsplit('.', 1)[-1]}({args}{', ' + kwargs if kwargs else ''})"
+                 f"  # the kernel: {payload.get('target') or payload['kernel']}")
+    return "\n".join(lines)
+
+
+def _kwarg_repr(v: Any) -> str:
+    if isinstance(v, dict) and set(v) == {"dtype"}:
+        return f"torch.{v['dtype']}"
+    return repr(v)
+
+
+_SETTINGS: dict[str, Any] = {"save": None, "directory": None, "default_dir": None}
+
+
+def configure(*, save: bool | None = None, directory: Path | None = None, default_dir: Path | None = None) -> None:
+    """Set this process's fixture behaviour (the pytest plugin calls it from the options).
+
+    Process state rather than environment variables, so nothing leaks into subprocesses a test
+    starts (the suite's own self-tests run pytest in subprocesses with flags of their own).
+    """
+    if save is not None:
+        _SETTINGS["save"] = save
+    if directory is not None:
+        _SETTINGS["directory"] = Path(directory)
+    if default_dir is not None:
+        _SETTINGS["default_dir"] = Path(default_dir)
 
 
 def saving_enabled() -> bool:
+    if _SETTINGS["save"] is not None:
+        return bool(_SETTINGS["save"])
     return os.environ.get(SAVE_ENV, "1") not in ("0", "false", "no", "")
 
 
 def fixture_dir() -> Path:
-    return Path(os.environ.get(DIR_ENV) or DEFAULT_FIXTURE_DIR)
+    """Explicit --fixture-dir, else $FLASHCHECK_FIXTURE_DIR, else ./flashcheck-regressions for an
+    external kernel, else the suite's own tests/regressions."""
+    return Path(_SETTINGS["directory"] or os.environ.get(DIR_ENV) or _SETTINGS["default_dir"]
+                or DEFAULT_FIXTURE_DIR)
 
 
 # ---- serialisation -----------------------------------------------------------------------------
@@ -151,6 +243,7 @@ def fixture_payload(spec: KernelSpec, name: str, case: Case, exc: BaseException)
     return {
         "format": FIXTURE_FORMAT,
         "kernel": spec.name,
+        "target": kernel_target(spec) if spec.external else None,
         "family": spec.family,
         "property": name,
         "label": case.label,
@@ -184,16 +277,66 @@ def save_fixture(spec: KernelSpec, name: str, case: Case, exc: BaseException) ->
     return path
 
 
+class FixtureError(ValueError):
+    """A fixture file that cannot be replayed (the message names the file and the problem)."""
+
+
 def load_fixture(path: Path, device: torch.device) -> tuple[dict[str, Any], Case]:
-    payload = json.loads(Path(path).read_text())
-    if payload.get("format") != FIXTURE_FORMAT:
-        raise ValueError(f"{path}: unknown fixture format {payload.get('format')}")
-    case = Case(
-        tensors={k: _decode_tensor(t, device) for k, t in payload["tensors"].items()},
-        kwargs={k: _unjson(v) for k, v in payload["kwargs"].items()},
-        label=payload.get("label", ""),
-    )
+    try:
+        payload = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise FixtureError(f"fixture {path}: unreadable ({type(e).__name__}: {e})") from None
+    if not isinstance(payload, dict) or payload.get("format") != FIXTURE_FORMAT:
+        got = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
+        raise FixtureError(f"fixture {path}: unknown fixture format {got!r} (expected {FIXTURE_FORMAT})")
+    missing = [k for k in ("kernel", "family", "property", "kwargs", "tensors") if k not in payload]
+    if missing:
+        raise FixtureError(f"fixture {path}: missing field(s) {', '.join(missing)}")
+    try:
+        case = Case(
+            tensors={k: _decode_tensor(t, device) for k, t in payload["tensors"].items()},
+            kwargs={k: _unjson(v) for k, v in payload["kwargs"].items()},
+            label=payload.get("label", ""),
+        )
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        raise FixtureError(f"fixture {path}: bad tensor data ({type(e).__name__}: {e})") from None
     return payload, case
+
+
+def load_properties() -> None:
+    """Import every family's properties (they register themselves with `prop`)."""
+    import importlib
+
+    for module in ("flashcheck.properties_softmax", "flashcheck.properties_attention"):
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name != module:
+                raise
+
+
+def resolve_fixture_kernel(payload: dict[str, Any], path: Path | str) -> KernelSpec:
+    """The kernel a fixture names: one under test, else its recorded external target, else a
+    registered production kernel. A fixture of a kernel nobody can find is an error."""
+    from flashcheck.kernels.registry import PRODUCTION, REGISTRY
+
+    name = payload["kernel"]
+    for s in REGISTRY:
+        if s.name == name:
+            return s
+    target = payload.get("target")
+    if target:
+        from flashcheck.external import KernelLoadError, load_kernel
+
+        try:
+            return load_kernel(target, payload["family"])
+        except KernelLoadError as e:
+            raise FixtureError(f"fixture {path}: its kernel {target!r} cannot be loaded: {e}") from None
+    for s in PRODUCTION:
+        if s.name == name:
+            return s
+    raise FixtureError(f"fixture {path}: names kernel {name!r}, which is neither registered nor an external "
+                       f"target (registered: {', '.join(s.name for s in PRODUCTION)})")
 
 
 def fixture_paths(directory: Path | None = None) -> list[Path]:

@@ -38,7 +38,7 @@ class KernelSpec:
     tunings: tuple[dict[str, Any], ...] = ()
     max_head_dim: int = 256
     sizes: tuple[int, ...] = ()
-    validates_input: bool = True
+    validates_input: bool | str = "typed"  # "typed": TypeError/ValueError as ours; True: any exception
     contiguous_only: bool = False
     takes_out: bool | None = None  # None: decided from fn's signature
     shift_exact: bool = True
@@ -77,14 +77,22 @@ class KernelSpec:
     def __repr__(self) -> str:  # short ids in pytest output
         return f"KernelSpec({self.name})"
 
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # Hypothesis's falsifying-example printer
+        p.text(repr(self))
+
 
 REGISTRY: list[KernelSpec] = []
+#: Every production kernel ever registered; REGISTRY is what this run checks (an external
+#: kernel replaces it).
+PRODUCTION: list[KernelSpec] = []
 
 
 def register(spec: KernelSpec) -> KernelSpec:
     if any(s.name == spec.name for s in REGISTRY):
         raise ValueError(f"a kernel named {spec.name!r} is already registered")
     REGISTRY.append(spec)
+    if not spec.external:
+        PRODUCTION.append(spec)
     return spec
 
 

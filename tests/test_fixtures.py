@@ -80,7 +80,7 @@ def test_round_trip_is_bit_exact() -> None:
     buf = torch.tensor([1.0, float("nan"), -0.0, 3.5e-42, float("-inf"), 2.0, 7.0, 8.0]).to(torch.bfloat16)
     x = buf.as_strided((2, 2), (1, 3), 1)
     case = Case(tensors={"x": x}, kwargs={"out_dtype": torch.float32}, label="round-trip")
-    payload = fixture_payload(type("S", (), {"name": "k", "family": "softmax"})(), "matches_oracle", case,
+    payload = fixture_payload(type("S", (), {"name": "k", "family": "softmax", "external": False})(), "matches_oracle", case,
                               AssertionError("boom"))
     path = Path(os.environ.get("TMPDIR", "/tmp")) / f"flashcheck-roundtrip-{os.getpid()}.json"
     path.write_text(json.dumps(payload))

@@ -33,27 +33,22 @@ failure is saved as an exact-bit fixture like any other:
 """
 from __future__ import annotations
 
-import inspect
-
 import numpy as np
 import pytest
 import torch
 from hypothesis import given, strategies as st
 from hypothesis.strategies import composite
 
+from flashcheck.harness import check
 from flashcheck.kernels import DEVICE, INTERPRET
 from flashcheck.kernels.registry import KernelSpec
-from flashcheck.oracles.bounds import ftz_allowed, softmax_ulp_bound
-from flashcheck.oracles.compare import compare_softmax
-from flashcheck.oracles.formats import BF16, FP16, Format, format_of, to_float64, ulp_distance
-from flashcheck.oracles.softmax import softmax_oracle
+from flashcheck.oracles.formats import BF16, FP16, Format, format_of
+from flashcheck.properties_softmax import FAMILY, SENTINEL_BITS, accepts_out  # noqa: F401  (FAMILY: the suite this module is)
 from flashcheck.strategies.case import Case
 from flashcheck.strategies.floats import Layout, layouts, materialize
 from flashcheck.strategies.softmax import row_lengths, softmax_cases
-from flashcheck.harness import check, prop, storage_of
 from .test_softmax import max_n_for
 
-FAMILY = "softmax"
 # Each example calls the kernel several times: rows up to 640 on the CPU (past the dispatcher's
 # row-kernel limit and past two 256-wide chunks), the core suite's lengths on a GPU.
 META_MAX_N = 640 if INTERPRET else None
@@ -62,210 +57,6 @@ META_MAX_N = 640 if INTERPRET else None
 def meta_max_n(spec: KernelSpec) -> int:
     return min(max_n_for(spec), META_MAX_N or max_n_for(spec))
 
-
-META_PROPERTIES = ("shift_invariant", "permutation_equivariant", "configs_identical", "tunings_within_bound",
-                   "deterministic",
-                   "guard_bands", "nan_guard_invisible")
-
-
-# ---- helpers ---------------------------------------------------------------------------------
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    t = t.detach().cpu().contiguous()
-    return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
-
-
-def same_bits(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Elementwise: identical bit patterns, or both NaN."""
-    a, b = a.detach().cpu(), b.detach().cpu()
-    return (_bits(a) == _bits(b)) | (torch.isnan(a) & torch.isnan(b))
-
-
-def _first_diff(a: torch.Tensor, b: torch.Tensor) -> str:
-    eq = same_bits(a, b)
-    if eq.all():
-        return ""
-    idx = tuple(int(i) for i in torch.nonzero(~eq)[0])
-    return (f"{int((~eq).sum())} of {eq.numel()} elements differ; first at {list(idx)}: "
-            f"{float(a[idx])!r} vs {float(b[idx])!r}")
-
-
-def same_layout(x: torch.Tensor, values: torch.Tensor, *, guard: float | None = None) -> torch.Tensor:
-    """A fresh storage shaped like x's (same size, strides, offset) holding `values` in the view;
-    the rest copies x's storage, or holds `guard`."""
-    base = storage_of(x).clone()
-    if guard is not None:
-        base.fill_(guard)
-    view = base.as_strided(x.shape, x.stride(), x.storage_offset())
-    view.copy_(values.to(x.dtype))
-    return view
-
-
-def accepts_out(spec: KernelSpec) -> bool:
-    if spec.takes_out is not None:
-        return spec.takes_out
-    try:
-        params = inspect.signature(spec.fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return "out" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-
-
-def _run(spec: KernelSpec, x: torch.Tensor, **kw) -> torch.Tensor:
-    y = spec.fn(x, **kw)
-    if not isinstance(y, torch.Tensor) or tuple(y.shape) != tuple(x.shape):
-        raise AssertionError(f"{spec.name} returned {type(y).__name__} "
-                             f"{tuple(getattr(y, 'shape', ()))}, expected {tuple(x.shape)}")
-    return y
-
-
-def _where(case: Case) -> str:
-    x = case.tensors["x"]
-    return (f"x {tuple(x.shape)} {x.dtype} stride={x.stride()} offset={x.storage_offset()} "
-            f"({case.label})")
-
-
-# ---- properties ------------------------------------------------------------------------------
-
-@prop(FAMILY, "shift_invariant")
-def shift_invariant(spec: KernelSpec, case: Case) -> None:
-    x, c = case.tensors["x"], float(case.tensors["shift"])
-    x64 = to_float64(x)
-    shifted = x64 + c
-    xs_t = torch.from_numpy(shifted).to(x.dtype)
-    if not np.array_equal(to_float64(xs_t), shifted, equal_nan=True):
-        raise ValueError(f"case bug: x + {c} is not exact in {x.dtype} ({case.label})")
-    xs = same_layout(x, xs_t.to(x.device))
-    y, ys = _run(spec, x), _run(spec, xs)
-    if spec.shift_exact:
-        diff = _first_diff(y, ys)
-        if diff:
-            raise AssertionError(f"{spec.name}: softmax(x + {c!r}) != softmax(x) bit for bit: {diff}\n"
-                                 f"  {_where(case)}")
-    else:
-        fmt = format_of(y.dtype)
-        r = softmax_oracle(x64, fmt)
-        bound = softmax_ulp_bound(x64, r, fmt, depth=spec.summation_depth(x.shape[1]))
-        dist = ulp_distance(to_float64(ys), to_float64(y), fmt)
-        bad = (dist > 2 * bound) & ~ftz_allowed(to_float64(y), r) & ~ftz_allowed(to_float64(ys), r)
-        if bad.any():
-            raise AssertionError(f"{spec.name}: softmax(x + {c!r}) differs from softmax(x) by "
-                                 f"{dist[bad].max():g} ULPs (2 x bound {2 * bound[bad].min():g})\n  {_where(case)}")
-
-
-@prop(FAMILY, "permutation_equivariant")
-def permutation_equivariant(spec: KernelSpec, case: Case) -> None:
-    x, perm = case.tensors["x"], case.tensors["perm"].cpu().long()
-    xp = same_layout(x, x[:, perm.to(x.device)])
-    y, yp = _run(spec, x), _run(spec, xp)
-    fmt = format_of(y.dtype)
-    x64p = to_float64(x)[:, perm.numpy()]
-    want = to_float64(y)[:, perm.numpy()]
-    got = to_float64(yp)
-    r = softmax_oracle(x64p, fmt)
-    bound = softmax_ulp_bound(x64p, r, fmt, depth=spec.summation_depth(x.shape[1]))
-    dist = ulp_distance(got, want, fmt)
-    flushed = ftz_allowed(got, r) | ftz_allowed(want, r)
-    bad = (dist > 2 * bound) & ~flushed
-    if bad.any():
-        i, j = (int(v) for v in np.argwhere(bad)[0])
-        raise AssertionError(
-            f"{spec.name}: softmax(x P) != softmax(x) P: {int(bad.sum())} elements differ by more than twice "
-            f"the bound; at [{i}, {j}] (permuted) x={x64p[i, j]!r}: {got[i, j]!r} vs {want[i, j]!r}, "
-            f"{dist[i, j]:g} ULPs > 2 x {bound[i, j]:g}\n  {_where(case)}")
-
-
-_DEFAULT: dict[str, tuple[KernelSpec, torch.Tensor, torch.Tensor]] = {}
-
-
-def _default_output(spec: KernelSpec, x: torch.Tensor) -> torch.Tensor:
-    """The default launch's output, shared by the properties checked on the same case."""
-    hit = _DEFAULT.get("last")
-    if hit is not None and hit[0] is spec and hit[1] is x:
-        return hit[2]
-    y = _run(spec, x)
-    _DEFAULT["last"] = (spec, x, y)
-    return y
-
-
-@prop(FAMILY, "configs_identical")
-def configs_identical(spec: KernelSpec, case: Case) -> None:
-    x = case.tensors["x"]
-    if not spec.configs:
-        return
-    y = _default_output(spec, x)
-    for cfg in spec.configs:
-        diff = _first_diff(y, _run(spec, x, **cfg))
-        if diff:
-            raise AssertionError(f"{spec.name}: launch configuration {cfg} changes the bits: {diff}\n  {_where(case)}")
-
-
-@prop(FAMILY, "tunings_within_bound")
-def tunings_within_bound(spec: KernelSpec, case: Case) -> None:
-    x = case.tensors["x"]
-    x64 = to_float64(x)
-    for cfg in spec.tunings:
-        y = _run(spec, x, **cfg)
-        c = compare_softmax(x64, to_float64(y), format_of(y.dtype), depth=spec.summation_depth(x.shape[1]))
-        if c.violations.any():
-            r, k = np.unravel_index(int(np.argmax(np.where(c.violations, c.dist, -1))), c.dist.shape)
-            raise AssertionError(f"{spec.name}: launch configuration {cfg} exceeds the bound at [{r}, {k}]: "
-                                 f"kernel {float(to_float64(y)[r, k])!r}, oracle {float(c.oracle[r, k])!r}, "
-                                 f"{c.dist[r, k]:g} ULPs > {c.bound[r, k]:g}\n  {_where(case)}")
-
-
-@prop(FAMILY, "deterministic")
-def deterministic(spec: KernelSpec, case: Case) -> None:
-    x = case.tensors["x"]
-    diff = _first_diff(_default_output(spec, x), _run(spec, x))
-    if diff:
-        raise AssertionError(f"{spec.name}: two runs on the same input differ: {diff}\n  {_where(case)}")
-
-
-SENTINEL_BITS = {torch.float16: 0x7E55, torch.bfloat16: 0x7FD5, torch.float32: 0x7FD55555}  # NaN payloads
-
-
-@prop(FAMILY, "guard_bands")
-def guard_bands(spec: KernelSpec, case: Case) -> None:
-    """`out=` a strided view inside sentinel bits: same bits as the default, guard bytes intact."""
-    if not accepts_out(spec):
-        raise AssertionError(f"{spec.name} takes no out= argument")
-    x = case.tensors["x"]
-    out0 = case.tensors["out"]
-    # work on a copy: the case (a fixture if this fails) keeps the pristine buffer
-    out = storage_of(out0).clone().as_strided(out0.shape, out0.stride(), out0.storage_offset())
-    before = _bits(storage_of(out)).clone()
-    x_before = _bits(storage_of(x)).clone()
-    want = _run(spec, x)
-    got = spec.fn(x, out=out)
-    after = _bits(storage_of(out))
-    inside = torch.zeros(after.numel(), dtype=torch.bool)
-    idx = torch.arange(after.numel()).as_strided(out.shape, out.stride(), out.storage_offset())
-    inside[idx.reshape(-1)] = True
-    clobbered = (after != before) & ~inside
-    if clobbered.any():
-        k = int(torch.nonzero(clobbered)[0])
-        raise AssertionError(f"{spec.name} wrote {int(clobbered.sum())} guard elements outside the out= view "
-                             f"(first at storage index {k}; view stride={out.stride()} "
-                             f"offset={out.storage_offset()} of {after.numel()})\n  {_where(case)}")
-    if isinstance(got, torch.Tensor) and got.data_ptr() != out.data_ptr():
-        raise AssertionError(f"{spec.name}(x, out=view) returned a tensor that is not the view\n  {_where(case)}")
-    diff = _first_diff(want, out)
-    if diff:
-        raise AssertionError(f"{spec.name}: output written into a strided out= view differs from the default "
-                             f"output: {diff}\n  {_where(case)}; out stride={out.stride()}")
-    if not torch.equal(x_before, _bits(storage_of(x))):
-        raise AssertionError(f"{spec.name} modified its input storage when given out=\n  {_where(case)}")
-
-
-@prop(FAMILY, "nan_guard_invisible")
-def nan_guard_invisible(spec: KernelSpec, case: Case) -> None:
-    x = case.tensors["x"]
-    zero_guarded = same_layout(x, x, guard=0.0)
-    diff = _first_diff(_run(spec, x), _run(spec, zero_guarded))
-    if diff:
-        raise AssertionError(f"{spec.name}: the NaN guard data around the view changes the output "
-                             f"(vs the same view in zero guard data): {diff}\n  {_where(case)}")
 
 
 # ---- strategies ------------------------------------------------------------------------------

@@ -1,0 +1,224 @@
+"""flashcheck's pytest plugin (entry point `pytest11`: loaded by every pytest in an environment
+where flashcheck is installed, so importing it is cheap and changes nothing).
+
+It adds the `flashcheck` options; it adds tests to a run only when asked: `--kernel TARGET`
+(`FILE.py:fn`, `package.module:fn` or a registered name) with `--family F` and no test paths runs
+that family's installed suite against the kernel. Test modules of the suite set
+`FAMILY = "softmax" | "attention"`; a test taking `spec` runs for every active kernel of the family,
+with `dtype` for each dtype the kernel declares.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from flashcheck.kernels.registry import KernelSpec
+
+FAMILIES = ("softmax", "attention")
+#: Where an external kernel's fixtures go by default: the author's repository, not flashcheck's.
+EXTERNAL_FIXTURE_DIR = "flashcheck-regressions"
+_ACTIVE_KEY = pytest.StashKey[bool]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("flashcheck", "flashcheck: softmax and attention kernel checks")
+    g.addoption("--kernel", dest="flashcheck_kernel", default=None, metavar="TARGET",
+                help="check this kernel (FILE.py:FUNCTION, package.module:FUNCTION or a registered name) "
+                     "instead of the registered ones; with no test paths, runs the family's suite")
+    g.addoption("--family", dest="flashcheck_family", default=None, choices=FAMILIES,
+                help="the kernel family: which suite runs (required with a plain function)")
+    g.addoption("--kernel-dtypes", dest="flashcheck_dtypes", default=None, metavar="fp16,bf16,fp32",
+                help="dtypes the kernel supports (overrides its `flashcheck` dict)")
+    g.addoption("--kernel-max-n", dest="flashcheck_max_n", default=None, metavar="N",
+                help="longest row / key length it supports")
+    g.addoption("--kernel-min-n", dest="flashcheck_min_n", default=None, metavar="N",
+                help="shortest row / key length it supports")
+    g.addoption("--kernel-sizes", dest="flashcheck_sizes", default=None, metavar="N,N,...",
+                help="sizes that matter to it (tiles, dispatch thresholds): lengths just below, at "
+                     "and above each are drawn")
+    g.addoption("--kernel-cap", dest="flashcheck_caps", action="append", default=[], metavar="KEY=VALUE",
+                help="any other capability declaration (repeatable), e.g. causal=false, "
+                     "head_dims=64,128, validates_input=false; see flashcheck.external.CAPABILITIES")
+    g.addoption("--no-save-fixtures", dest="flashcheck_no_save", action="store_true",
+                help="do not write regression fixtures for shrunk failures")
+    g.addoption("--fixture-dir", dest="flashcheck_fixture_dir", default=None, metavar="DIR",
+                help="where regression fixtures are written and replayed from (default: the suite's "
+                     f"own for registered kernels, ./{EXTERNAL_FIXTURE_DIR} for --kernel)")
+
+
+def suite_paths(family: str | None) -> list[str]:
+    """The installed suite's test files for a family (all families when None)."""
+    from flashcheck import HOME
+
+    tests = HOME / "tests"
+    families = [family] if family else list(FAMILIES)
+    files = sorted({str(p) for f in families for p in tests.glob(f"test_{f}*.py")})
+    return files + [str(tests / "test_regressions.py")]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """`--kernel` with no test paths: the family's suite is the run (its conftest an initial one)."""
+    ns = early_config.known_args_namespace
+    if getattr(ns, "flashcheck_kernel", None) and not ns.file_or_dir:
+        paths = suite_paths(getattr(ns, "flashcheck_family", None))
+        args.extend(paths)
+        ns.file_or_dir = list(paths)
+
+
+def _overrides(config: pytest.Config) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for opt, key in (("flashcheck_dtypes", "dtypes"), ("flashcheck_max_n", "max_n"),
+                     ("flashcheck_min_n", "min_n"), ("flashcheck_sizes", "sizes")):
+        v = config.getoption(opt)
+        if v is not None:
+            out[key] = v
+    for item in config.getoption("flashcheck_caps"):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise pytest.UsageError(f"--kernel-cap {item!r}: expected KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _integer_overrides(raw: dict[str, str]) -> dict[str, object]:
+    out: dict[str, object] = dict(raw)
+    for key in ("max_n", "min_n", "block_n", "max_head_dim"):
+        if key in out:
+            try:
+                out[key] = int(str(out[key]))
+            except ValueError:
+                raise pytest.UsageError(f"{key}={out[key]!r}: not an integer") from None
+    return out
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "softmax: a test of the softmax family's suite")
+    config.addinivalue_line("markers", "attention: a test of the attention family's suite")
+    target, family = config.getoption("flashcheck_kernel"), config.getoption("flashcheck_family")
+    config.stash[_ACTIVE_KEY] = bool(target or family)
+    if not target:
+        if _overrides(config):
+            raise pytest.UsageError("--kernel-dtypes/--kernel-max-n/--kernel-cap declare a kernel's "
+                                    "capabilities: they need --kernel")
+        return
+    from flashcheck import harness
+    from flashcheck.external import KernelLoadError, load_kernel
+    from flashcheck.kernels.registry import REGISTRY
+
+    try:
+        spec = load_kernel(target, family, overrides=_integer_overrides(_overrides(config)))
+    except KernelLoadError as e:
+        raise pytest.UsageError(str(e)) from None
+    REGISTRY[:] = [spec]
+    if spec.external:
+        harness.configure(default_dir=Path.cwd() / EXTERNAL_FIXTURE_DIR)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    config = session.config
+    if config.getoption("flashcheck_no_save") or config.getoption("flashcheck_fixture_dir"):
+        from flashcheck import harness
+
+        d = config.getoption("flashcheck_fixture_dir")
+        harness.configure(save=not config.getoption("flashcheck_no_save"),
+                          directory=Path(d).resolve() if d else None)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    if not config.stash.get(_ACTIVE_KEY, False):
+        return None
+    from flashcheck import harness
+    from flashcheck.kernels.registry import REGISTRY
+
+    lines = []
+    for s in REGISTRY:
+        lines.append(f"flashcheck: {s.name} ({s.family}): {describe_capabilities(s)}")
+    lines.append(f"flashcheck: fixtures {'in ' + str(harness.fixture_dir()) if harness.saving_enabled() else 'not saved'}")
+    return lines
+
+
+def describe_capabilities(spec: KernelSpec) -> str:
+    """What the run checks of this kernel and what its declarations leave out."""
+    from flashcheck.oracles.formats import format_of
+
+    parts = [",".join(format_of(d).name for d in spec.dtypes)]
+    if spec.min_n > 1 or spec.max_n:
+        parts.append(f"n in [{spec.min_n}, {spec.max_n or 'any'}]")
+    if spec.sizes:
+        parts.append(f"sizes {list(spec.sizes)}")
+    skipped = []
+    if not spec.validates_input:
+        skipped.append("bad-input tests")
+    if spec.contiguous_only:
+        skipped.append("strided layouts")
+    if spec.family == "attention":
+        if spec.head_dims is not None:
+            parts.append(spec.head_dims.__doc__ or "head dims by predicate")
+        for flag, what in (("causal", "causal"), ("kv_lens", "kv_lens"), ("custom_scale", "custom scale")):
+            if not getattr(spec, flag):
+                skipped.append(what)
+        if spec.square_only:
+            skipped.append("M != N")
+        parts.append(f"causal align {'/'.join(spec.causal_align)}, row sum {spec.row_sum}")
+    if spec.configs or spec.tunings:
+        parts.append(f"{len(spec.configs)} configs, {len(spec.tunings)} tunings")
+    return "; ".join(parts) + (f"; not checked: {', '.join(skipped)}" if skipped else "")
+
+
+def _active(family: str, config: pytest.Config) -> list[KernelSpec]:
+    from flashcheck.kernels.registry import REGISTRY
+
+    wanted = config.getoption("flashcheck_family")
+    if wanted and wanted != family:
+        return []
+    return [s for s in REGISTRY if s.family == family]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "spec" not in metafunc.fixturenames:
+        return
+    family = getattr(metafunc.module, "FAMILY", None)
+    if family is None:
+        raise pytest.UsageError(f"{metafunc.module.__name__} takes `spec` but sets no FAMILY")
+    from flashcheck.oracles.formats import format_of
+
+    specs = _active(family, metafunc.config)
+    if "dtype" in metafunc.fixturenames:
+        params = [(s, d) for s in specs for d in s.dtypes]
+        ids = [f"{s.name}-{format_of(d).name}" for s, d in params]
+        metafunc.parametrize(("spec", "dtype"), params, ids=ids)
+    else:
+        metafunc.parametrize("spec", specs, ids=[s.name for s in specs])
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Family markers; with --kernel or --family, only the family's kernel tests run."""
+    for item in items:
+        family = getattr(getattr(item, "module", None), "FAMILY", None)
+        if family in FAMILIES:
+            item.add_marker(family)
+    if not config.stash.get(_ACTIVE_KEY, False):
+        return
+
+    def runs_a_kernel(item: pytest.Item) -> bool:
+        callspec = getattr(item, "callspec", None)
+        return callspec is not None and ("spec" in callspec.params or "fixture" in callspec.params)
+
+    keep = [i for i in items if runs_a_kernel(i)]
+    drop = [i for i in items if not runs_a_kernel(i)]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+# The oracles' float64 matrix products are small: one BLAS thread per xdist worker beats a pool
+# per worker fighting over the same cores. Set before NumPy loads its BLAS (the plugin is
+# imported before any test module).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
