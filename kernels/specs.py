@@ -5,7 +5,7 @@ import math
 
 from .registry import KernelSpec, register
 from .softmax import (
-    ROW_MAX_N, online_depth, row_depth, softmax, softmax_depth, softmax_online, softmax_row, softmax_split,
+    DISPATCH_ROW_MAX_N, ROW_MAX_N, online_depth, row_depth, softmax, softmax_depth, softmax_online, softmax_row, softmax_split,
     split_depth,
 )
 
@@ -15,6 +15,7 @@ register(KernelSpec(
     family="softmax",
     fn=softmax_row,
     max_n=ROW_MAX_N,
+    sizes=(ROW_MAX_N,),
     # Per-thread sequential adds plus tree levels of tl.sum on the GPU (and NumPy's pairwise
     # sum in the interpreter), for any rows-per-program: see kernels.softmax.row_depth.
     depth=row_depth,
@@ -53,6 +54,7 @@ register(KernelSpec(
     family="softmax",
     fn=softmax,
     depth=softmax_depth,
+    sizes=(DISPATCH_ROW_MAX_N,),  # where the dispatcher leaves the row kernel
     description="dispatcher: row / online / split-row from (M, N, dtype) and the GPU's SM count",
 ))
 

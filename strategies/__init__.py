@@ -1,8 +1,43 @@
-"""Hypothesis strategies producing adversarial inputs, one named strategy per class."""
+"""Hypothesis strategies producing adversarial inputs, one named strategy per class.
+
+`register_class` adds a kernel author's own class to a family without editing flashcheck: the
+family's property tests, reachability checks and the stability report iterate the same table.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from hypothesis.strategies import SearchStrategy
+
 from .attention import CLASSES as ATTENTION_CLASSES, attention_cases, case_inputs
 from .case import Case
 from .floats import Layout, exact_floats, layouts, materialize, representable
 from .softmax import CLASSES as SOFTMAX_CLASSES, row_lengths, softmax_cases
 
-__all__ = ["ATTENTION_CLASSES", "attention_cases", "case_inputs", "Case", "Layout", "exact_floats", "layouts", "materialize", "representable", "SOFTMAX_CLASSES",
-           "row_lengths", "softmax_cases"]
+_TABLES = {"softmax": SOFTMAX_CLASSES, "attention": ATTENTION_CLASSES}
+
+
+def register_class(family: str, name: str, factory: Callable[..., SearchStrategy[Case]], *,
+                   replace: bool = False) -> Callable[..., SearchStrategy[Case]]:
+    """Add an adversarial class to a family's table (usable as a decorator via functools.partial).
+
+    softmax: `factory(*, fmt, max_n, strided) -> SearchStrategy[Case]` whose cases hold `x` (M, N);
+    attention: `factory(*, dtype, **limits) -> SearchStrategy[Case]` like the built-in classes.
+    Register before pytest collects (in the kernel's module, or a conftest): the class then runs
+    for every kernel of the family and appears in the report.
+    """
+    if family not in _TABLES:
+        raise ValueError(f"register_class: family {family!r} is not one of {', '.join(_TABLES)}")
+    if not name or not name.replace("_", "").isalnum():
+        raise ValueError(f"register_class: class name {name!r} must be letters, digits and underscores")
+    if not callable(factory):
+        raise TypeError(f"register_class: factory for {name!r} is {type(factory).__name__}, not callable")
+    table = _TABLES[family]
+    if name in table and table[name] is not factory and not replace:
+        raise ValueError(f"register_class: {family} class {name!r} exists (replace=True to override)")
+    table[name] = factory
+    return factory
+
+
+__all__ = ["ATTENTION_CLASSES", "attention_cases", "case_inputs", "Case", "Layout", "exact_floats", "layouts",
+           "materialize", "register_class", "representable", "SOFTMAX_CLASSES", "row_lengths", "softmax_cases"]

@@ -367,3 +367,27 @@ def softmax_cases(*, fmt: Format, max_n: int, strided: bool = True) -> SearchStr
 
 
 __all__ = ["CLASSES", "BLOCKS", "row_lengths", "softmax_cases", "Layout", *[f.__name__ for f in CLASSES.values()]]
+
+
+@composite
+def declared_size_rows(draw, *, fmt: Format, sizes: Sequence[int], min_n: int = 1, max_n: int,
+                       strided: bool = True) -> Case:
+    """Rows just below, at and above the sizes a kernel declares (its tiles and dispatch
+    thresholds), whatever the run's usual length cap: a row that crosses the kernel's own block
+    boundary with a -inf first block, a peak in the tail, or a rising max in every chunk."""
+    lengths = sorted({v for s in sizes for v in (s - 1, s, s + 1) if min_n <= v <= max_n})
+    if not lengths:
+        raise ValueError(f"declared_size_rows: no declared size {list(sizes)} lies in [{min_n}, {max_n}]")
+    n = draw(st.sampled_from(lengths))
+    m = draw(st.integers(1, 2))
+    kind = draw(st.sampled_from(["benign", "peaked_tail", "neg_inf_first_block", "increasing"]))
+    rng = np.random.default_rng(draw(_seed()))
+    v = rng.standard_normal((m, n))
+    if kind == "peaked_tail":
+        v[:, -1] = 20.0
+    elif kind == "neg_inf_first_block" and n > 1:
+        v[:, :_largest_block_below(n)] = NEG_INF
+        v[:, _largest_block_below(n):] -= 100.0
+    elif kind == "increasing":
+        v = np.broadcast_to(np.linspace(-30.0, 30.0, n), (m, n)).copy()
+    return _finish(draw, v, fmt, f"declared_sizes/{kind}", strided)

@@ -9,14 +9,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, strategies as st
+from hypothesis import assume, given, strategies as st
 
 from flashcheck.harness import Case, check
 from flashcheck.kernels import DEVICE, INTERPRET
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.oracles.formats import format_of
 from flashcheck.properties_softmax import CORE_PROPERTIES, FAMILY  # noqa: F401  (FAMILY: the suite this module is)
-from flashcheck.strategies.softmax import CLASSES
+from flashcheck.strategies.softmax import CLASSES, declared_size_rows
 
 # Longest rows drawn: the interpreter runs kernels in NumPy, the GPU in microseconds.
 MAX_N = 2048 if INTERPRET else 1 << 17
@@ -33,8 +33,26 @@ def max_n_for(spec: KernelSpec) -> int:
 def test_adversarial_class(spec: KernelSpec, dtype: torch.dtype, cls: str, data: st.DataObject) -> None:
     fmt = format_of(dtype)
     strategy = CLASSES[cls]
-    case = data.draw(strategy(fmt=fmt) if cls == "elementwise" else strategy(fmt=fmt, max_n=max_n_for(spec)),
-                     label="case")
+    strided = not spec.contiguous_only
+    case = data.draw(strategy(fmt=fmt, strided=strided) if cls == "elementwise"
+                     else strategy(fmt=fmt, max_n=max_n_for(spec), strided=strided), label="case")
+    assume(case.tensors["x"].shape[1] >= spec.min_n)
+    for name in CORE_PROPERTIES:
+        check(spec, name, case)
+
+
+# The declared sizes are drawn even past the run's usual cap (the interpreter's 2048), up to this.
+SIZES_CAP = 1 << 16 if INTERPRET else 1 << 22
+
+
+@given(data=st.data())
+def test_declared_sizes(spec: KernelSpec, dtype: torch.dtype, data: st.DataObject) -> None:
+    """Lengths just below, at and above the sizes the kernel declares (tiles, thresholds)."""
+    if not spec.sizes:
+        pytest.skip(f"{spec.name} declares no sizes that matter to it (capability sizes)")
+    max_n = min(SIZES_CAP, spec.max_n or SIZES_CAP)
+    case = data.draw(declared_size_rows(fmt=format_of(dtype), sizes=spec.sizes, min_n=spec.min_n, max_n=max_n,
+                                        strided=not spec.contiguous_only), label="case")
     for name in CORE_PROPERTIES:
         check(spec, name, case)
 
