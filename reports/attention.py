@@ -48,6 +48,10 @@ def blocking(spec: KernelSpec, head_dim: int, n: int, dtype: torch.dtype) -> tup
     return max(n, 1), max(n, 1)
 
 
+def class_names() -> list[str]:
+    return list(CLASSES)
+
+
 @dataclass
 class Prepared:
     q: torch.Tensor
@@ -171,5 +175,5 @@ def sdpa_error_ratio(out: torch.Tensor, sdpa: torch.Tensor, oracle: AttentionOra
     return ours / theirs
 
 
-__all__ = ["FAMILY", "FEATURES", "UNITS", "strategies", "prepare", "supports", "call", "measure", "baselines",
+__all__ = ["FAMILY", "FEATURES", "UNITS", "class_names", "strategies", "prepare", "supports", "call", "measure", "baselines",
            "sdpa_output", "sdpa_error_ratio", "sdpa_backends", "blocking"]

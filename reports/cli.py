@@ -89,7 +89,7 @@ def verdict(kernel: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     outputs = sum(r["outputs"] for r in mine)
     if not outputs and not raised:
         return {"kernel": kernel, "status": "NO DATA", "finding": "no input it declares it takes was drawn"}
-    worst = max(mine, key=lambda r: (bool(r["errors"]), r["mismatch"] > 0, r["max_bound_ratio"]))
+    worst = max(mine, key=lambda r: (bool(r["errors"]), r["mismatch"], r["max_bound_ratio"]))
     if raised:
         r = raised[0]
         finding = f"raised on {len(raised)} class(es), first {_cell_name(r)}: {r['errors'][0]}"
@@ -328,6 +328,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, help="output folder (default ./flashcheck-report)")
     p.add_argument("--examples", type=int, default=None,
                    help="inputs per dtype and class (default 3 on CPU, 40 on GPU)")
+    p.add_argument("--dtypes", type=lambda v: [x.strip() for x in v.split(",") if x.strip()], default=None,
+                   metavar="LIST", help="only these output dtypes, e.g. fp16,bf16 (default: all a kernel takes)")
+    p.add_argument("--classes", type=lambda v: [x.strip() for x in v.split(",") if x.strip()], default=None,
+                   metavar="LIST", help="only these adversarial classes (comma-separated names)")
     p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                    help="stop drawing inputs after this many seconds (every class keeps the same count)")
     p.add_argument("--no-fail", action="store_true", help="exit 0 even when a kernel fails")
@@ -381,6 +385,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _error(f"--compare {a.name} {b.name}: the same kernel twice")
     if not specs:
         return _error("no kernel to report on")
+    bad = [d for d in args.dtypes or [] if d not in ("fp16", "bf16", "fp32")]
+    if bad:
+        return _error(f"--dtypes: unknown dtype {bad[0]!r} (fp16, bf16, fp32)")
+    from .run import family_module
+
+    known = {c for fam in {s.family for s in specs} for c in family_module(fam).class_names()}
+    bad = [c for c in args.classes or [] if c not in known]
+    if bad:
+        return _error(f"--classes: unknown class {bad[0]!r} (known: {', '.join(sorted(known))})")
     out = (args.out if args.out is not None else Path.cwd() / "flashcheck-report").resolve()
     examples = args.examples or (3 if INTERPRET else 40)
     env = _environment()
@@ -390,7 +403,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: {', '.join(s.name for s in specs)} on {env['device']}, up to {examples} inputs per class",
               file=sys.stderr)
     result = collect(specs, examples=examples, baselines=not args.no_baselines, budget=args.budget,
-                     progress=not args.quiet, log=lambda m: print(m, file=sys.stderr))
+                     progress=not args.quiet, log=lambda m: print(m, file=sys.stderr), dtypes=args.dtypes,
+                     classes=args.classes)
     rows = result.rows
     if not any(r["outputs"] or r["errors"] for r in rows if not r["baseline"]):
         return _error(f"nothing was measured (no kernel took any drawn input); {out} left as it was")

@@ -33,7 +33,7 @@ def ratio_cmap():
     for i in range(256):
         t = i / 255
         if t <= split:
-            cols.append(greens(0.12 + 0.55 * t / split))
+            cols.append(greens(0.08 + 0.42 * t / split))
         else:
             f = (t - split) / (1 - split)
             cols.append(to_rgba(FAIL_RED) if f < 0.02 else reds(0.75 + 0.25 * f))
@@ -70,8 +70,34 @@ def cell_text(row: dict[str, Any]) -> str:
     v = row["max_bound_ratio"]
     txt = "0" if v == 0 else f"{v:.2g}"
     if row["dtype"] in ("fp16", "bf16") and row["exact_share"] is not None:
-        txt += f"\n{100 * row['exact_share']:.0f}% cr"
+        txt += f"\n{math.floor(100 * row['exact_share']):.0f}% cr"  # 99.6% is not 100%
     return txt
+
+
+def cell_value(row: dict[str, Any] | None) -> float | None:
+    """The heat map value of a cell: max err/bound (inf for a NaN/inf mismatch or a raise),
+    None when the kernel took no input of the class."""
+    if row is None or (row["outputs"] == 0 and not row["errors"]):
+        return None
+    return row["max_bound_ratio"]
+
+
+def heat_grid(rows: list[dict[str, Any]], family: str):
+    """(row keys (kernel, dtype, baseline), classes, {(i, j): (row, colour)}): what the heat map draws."""
+    frows = [r for r in rows if r["family"] == family]
+    keys = list(dict.fromkeys((r["kernel"], r["dtype"], r["baseline"]) for r in frows))
+    kernels = list(dict.fromkeys(k[0] for k in keys))
+    dtypes = list(dict.fromkeys(k[1] for k in keys))
+    # kernels first, baselines below; each kernel's dtypes together
+    keys.sort(key=lambda k: (k[2], kernels.index(k[0]), dtypes.index(k[1])))
+    classes = list(dict.fromkeys(r["strategy"] for r in frows))
+    by = {(r["kernel"], r["dtype"], r["strategy"]): r for r in frows}
+    cells = {}
+    for i, (k, d, _) in enumerate(keys):
+        for j, c in enumerate(classes):
+            r = by.get((k, d, c))
+            cells[i, j] = (r, ratio_colour(cell_value(r)))
+    return keys, classes, cells
 
 
 def heatmap(rows: list[dict[str, Any]], family: str, path: Path) -> Path:
@@ -79,22 +105,15 @@ def heatmap(rows: list[dict[str, Any]], family: str, path: Path) -> Path:
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
 
-    frows = [r for r in rows if r["family"] == family]
-    keys = list(dict.fromkeys((r["kernel"], r["dtype"], r["baseline"]) for r in frows))
-    keys.sort(key=lambda k: k[2])  # kernels first, baselines below
-    classes = list(dict.fromkeys(r["strategy"] for r in frows))
-    by = {(r["kernel"], r["dtype"], r["strategy"]): r for r in frows}
+    keys, classes, cells = heat_grid(rows, family)
     fig, ax = plt.subplots(figsize=(2.2 + 0.82 * len(classes), 1.6 + 0.42 * len(keys)))
-    for i, (k, d, base) in enumerate(keys):
-        for j, c in enumerate(classes):
-            r = by.get((k, d, c))
-            v = None if r is None or (r["outputs"] == 0 and not r["errors"]) else r["max_bound_ratio"]
-            col = ratio_colour(v)
-            ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=col, edgecolor="white", lw=1))
-            if r is not None:
-                dark = sum(col[:3]) < 1.6
-                ax.text(j, i, cell_text(r), ha="center", va="center", fontsize=6,
-                        color="white" if dark else "black", fontweight="bold" if v and v > 1 else None)
+    for (i, j), (r, col) in cells.items():
+        ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=col, edgecolor="white", lw=1))
+        if r is not None:
+            v = cell_value(r)
+            dark = sum(col[:3]) < 1.6
+            ax.text(j, i, cell_text(r), ha="center", va="center", fontsize=6,
+                    color="white" if dark else "black", fontweight="bold" if v and v > 1 else None)
     nk = sum(1 for k in keys if not k[2])
     if 0 < nk < len(keys):
         ax.axhline(nk - 0.5, color="black", lw=1.5)
@@ -149,15 +168,20 @@ def signed_errors(rows: list[dict[str, Any]], family: str, path: Path, units: st
             col = colours[i % len(colours)]
             ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", ms=4, capsize=2, lw=1, color=col,
                         mfc="white" if base else col, label=k + (" (baseline)" if base else ""))
-        ax.set_yscale("symlog", linthresh=1.0)
+        lim = max([abs(v) for v in ax.get_ylim()] + [0.6])
+        if lim > 4:
+            ax.set_yscale("symlog", linthresh=1.0)
+        else:
+            ax.set_ylim(-lim, lim)
         ax.set_ylabel(f"{d}: mean signed\nerror ({units})", fontsize=8)
         ax.grid(axis="y", alpha=0.3)
         ax.tick_params(labelsize=7)
     axes[-1, 0].set_xticks(range(len(classes)), classes, rotation=40, ha="right", fontsize=8)
-    axes[0, 0].legend(fontsize=7, ncol=min(len(kernels), 4), loc="upper left", bbox_to_anchor=(0, 1.45))
-    axes[0, 0].set_title(f"{family}: signed error, mean and 95% CI over rows (a bar clear of 0 is a bias)",
-                         fontsize=9, pad=34)
-    fig.tight_layout()
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, ncol=min(len(kernels), 4), loc="upper right")
+    fig.suptitle(f"{family}: signed error, mean and 95% CI over rows\n(a bar clear of 0 is a rounding bias)",
+                 fontsize=9, x=0.02, ha="left")
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
@@ -173,7 +197,7 @@ def profiles(rows: list[dict[str, Any]], family: str, feature: str, label: str, 
     dtypes = list(dict.fromkeys(r["dtype"] for r in frows))
     if not kernels:
         return None
-    fig, axes = plt.subplots(len(kernels), len(dtypes), figsize=(3.3 * len(dtypes), 2.3 * len(kernels)),
+    fig, axes = plt.subplots(len(kernels), len(dtypes), figsize=(3.4 * len(dtypes), 0.8 + 2.4 * len(kernels)),
                              squeeze=False, sharex=True)
     for i, k in enumerate(kernels):
         for j, d in enumerate(dtypes):
@@ -202,6 +226,8 @@ def profiles(rows: list[dict[str, Any]], family: str, feature: str, label: str, 
                     ymark = np.where(np.isfinite(A[:, 2]), A[:, 2], np.nanmax(np.r_[A[:, 3], 1.0]))
                     ax.plot(xs[bad], ymark[bad], "x", color=FAIL_RED, ms=7, mew=2, label="over bound")
             ax.set_xscale("symlog", linthresh=2.0**-8 if feature == "cond" else 1.0)
+            if feature == "cond":
+                ax.set_xticks([0, 1e-2, 1, 1e2, 1e4], ["0", "0.01", "1", "100", "1e4"])
             ax.set_yscale("symlog", linthresh=1.0)
             ax.grid(alpha=0.3)
             ax.tick_params(labelsize=7)
@@ -217,12 +243,13 @@ def profiles(rows: list[dict[str, Any]], family: str, feature: str, label: str, 
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
-    fig.legend(handles, labels, loc="upper right", fontsize=7, ncol=len(labels))
+    height = 0.8 + 2.4 * len(kernels)
+    fig.legend(handles, labels, loc="lower center", fontsize=7, ncol=len(labels))
     fig.suptitle(f"{family}: error against {label}", fontsize=10, x=0.02, ha="left")
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.tight_layout(rect=(0, 0.35 / height, 1, 1 - 0.4 / height))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
-__all__ = ["heatmap", "signed_errors", "profiles", "ratio_colour", "is_failure_colour", "FAIL_RED", "cell_text"]
+__all__ = ["heatmap", "heat_grid", "cell_value", "signed_errors", "profiles", "ratio_colour", "is_failure_colour", "FAIL_RED", "cell_text"]

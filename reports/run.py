@@ -88,9 +88,11 @@ class RunResult:
 
 
 def collect(specs: list[KernelSpec], *, examples: int, baselines: bool = True, budget: float | None = None,
-            progress: Progress | None | bool = True, log: Callable[[str], None] | None = None) -> RunResult:
+            progress: Progress | None | bool = True, log: Callable[[str], None] | None = None,
+            dtypes: list[str] | None = None, classes: list[str] | None = None) -> RunResult:
     """Statistics of `specs` (and the family baselines) on `examples` shared inputs per family,
-    dtype and class; stops early, after a whole input, when `budget` seconds are spent."""
+    dtype and class (all, or those named); stops early, after a whole input, when `budget`
+    seconds are spent."""
     t0 = time.perf_counter()
     plan = []  # (family module, fmt, class, cases, cells)
     cells: list[Cell] = []
@@ -98,11 +100,15 @@ def collect(specs: list[KernelSpec], *, examples: int, baselines: bool = True, b
         mod = family_module(family)
         fam_specs = [s for s in specs if s.family == family]
         extra = mod.baselines() if baselines else []
-        dtypes = list(dict.fromkeys(d for s in fam_specs for d in s.dtypes))
-        for dtype in dtypes:
+        fam_dtypes = list(dict.fromkeys(d for s in fam_specs for d in s.dtypes))
+        for dtype in fam_dtypes:
             fmt = format_of(dtype)
+            if dtypes and fmt.name not in dtypes:
+                continue
             users = [s for s in fam_specs if dtype in s.dtypes]
             for cls, strategy in mod.strategies(users, fmt).items():
+                if classes and cls not in classes:
+                    continue
                 cases = draw_examples(strategy, examples)
                 mine = [Cell(s, fmt.name, cls) for s in users + extra]
                 cells.extend(mine)

@@ -36,6 +36,10 @@ def strategies(specs: list[KernelSpec], fmt: Format) -> dict[str, Any]:
     return {cls: (st(fmt=fmt) if cls == "elementwise" else st(fmt=fmt, max_n=max_n)) for cls, st in CLASSES.items()}
 
 
+def class_names() -> list[str]:
+    return list(CLASSES)
+
+
 @dataclass
 class Prepared:
     x: torch.Tensor
@@ -89,7 +93,9 @@ def measure(spec: KernelSpec, p: Prepared, out: torch.Tensor) -> Measurement:
         signed_rel = np.where(plain & (p.exact >= p.fmt.min_normal), (y - p.exact) / p.exact, np.nan)
     return Measurement(dist=c.dist, ratio=ratio, violation=c.violations | mism, mismatch=mism, ftz=c.ftz,
                        wide=c.bound > 1, signed_ulp=signed_ulp, signed_rel=signed_rel, y=c.dist, ybound=c.bound,
-                       features={"n": np.full(y.shape, float(y.shape[1])), "cond": p.cond})
+                       # outputs whose exact value underflows every format say nothing about |x_i - max|
+                       features={"n": np.full(y.shape, float(y.shape[1])),
+                                 "cond": np.where((r == 0) & (p.exact < p.fmt.min_subnormal), np.nan, p.cond)})
 
 
 def _torch_softmax(x: torch.Tensor) -> torch.Tensor:
@@ -103,5 +109,5 @@ def baselines() -> list[KernelSpec]:
                        extra={"baseline": True})]
 
 
-__all__ = ["FAMILY", "FEATURES", "UNITS", "strategies", "prepare", "supports", "call", "measure", "baselines",
+__all__ = ["FAMILY", "FEATURES", "UNITS", "class_names", "strategies", "prepare", "supports", "call", "measure", "baselines",
            "max_n_for", "mismatch_of"]
