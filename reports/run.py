@@ -71,11 +71,13 @@ class Cell:
     acc: Accumulator = field(default_factory=Accumulator)
     skipped: int = 0  # inputs the kernel does not declare it takes
     refused: int = 0  # baselines: inputs the backend refused
+    seconds: float = 0.0  # in the kernel and in judging its output
 
     def row(self) -> dict[str, Any]:
         base = bool(self.spec.extra.get("baseline"))
         return {"kernel": self.spec.name, "family": self.spec.family, "dtype": self.dtype, "strategy": self.cls,
-                "baseline": base, "skipped": self.skipped, "refused": self.refused, **self.acc.summary()}
+                "baseline": base, "skipped": self.skipped, "refused": self.refused, "seconds": round(self.seconds, 3),
+                **self.acc.summary()}
 
 
 @dataclass
@@ -85,6 +87,7 @@ class RunResult:
     inputs_total: int
     seconds: float
     budget_hit: bool
+    oracle_seconds: float = 0.0
 
 
 def collect(specs: list[KernelSpec], *, examples: int, baselines: bool = True, budget: float | None = None,
@@ -115,7 +118,7 @@ def collect(specs: list[KernelSpec], *, examples: int, baselines: bool = True, b
                 plan.append((mod, fmt, cls, cases, mine))
     total = sum(len(p[3]) for p in plan)
     bar = (Progress(total) if progress is True else progress) or None
-    done, hit = 0, False
+    done, hit, oracle_s = 0, False, 0.0
     rounds = max((len(p[3]) for p in plan), default=0)
     for r in range(rounds):
         for mod, fmt, cls, cases, mine in plan:
@@ -124,7 +127,9 @@ def collect(specs: list[KernelSpec], *, examples: int, baselines: bool = True, b
             if budget is not None and time.perf_counter() - t0 > budget:
                 hit = True
                 break
+            t1 = time.perf_counter()
             prepared = mod.prepare(cases[r], fmt)
+            oracle_s += time.perf_counter() - t1
             for cell in mine:
                 run_one(mod, cell, prepared)
             done += 1
@@ -137,12 +142,20 @@ def collect(specs: list[KernelSpec], *, examples: int, baselines: bool = True, b
     if hit and log:
         log(f"time budget of {budget:.0f}s reached after {done} of {total} inputs "
             f"({done / max(len(plan), 1):.1f} per class)")
-    return RunResult([c.row() for c in cells], done, total, time.perf_counter() - t0, hit)
+    return RunResult([c.row() for c in cells], done, total, time.perf_counter() - t0, hit, oracle_s)
 
 
 def run_one(mod, cell: Cell, prepared) -> None:
     """One kernel on one prepared input, folded into its cell: a kernel that raises on an input it
     declares it takes fails; a baseline backend that refuses the input is counted as refused."""
+    t0 = time.perf_counter()
+    try:
+        _run_one(mod, cell, prepared)
+    finally:
+        cell.seconds += time.perf_counter() - t0
+
+
+def _run_one(mod, cell: Cell, prepared) -> None:
     spec = cell.spec
     if not mod.supports(spec, prepared):
         cell.skipped += 1
