@@ -4,8 +4,10 @@ test-suite criterion: our error beside SDPA's, both against the correctly rounde
 reported, never asserted).
 
 Attention outputs cancel: an output near 0 made of large terms has a huge error in its own ULPs
-that says nothing about the kernel. Errors are therefore shown in units of the output's scale
-without cancellation, ulp(sum_j p_j |v_j|), and as a ratio to the derived bound.
+that says nothing about the kernel. Errors are therefore shown in units of the bound's scale: the
+derived bound with the worst-case blocking (one dot over every key, a rescale per key), the same
+for every kernel and baseline on an input, so their errors compare; and as a ratio to each
+kernel's own bound for the verdict.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from .softmax import mismatch_of
 
 FAMILY = "attention"
 FEATURES = {"n": "visible keys per query", "cond": "score range max_j (t_max - t_j)"}
-UNITS = "ulp(sum p|v|)"
+UNITS = "x worst-case bound"
 
 
 def strategies(specs: list[KernelSpec], fmt: Format) -> dict[str, Any]:
@@ -60,11 +62,17 @@ class Prepared:
     kw: dict[str, Any]
     fmt: Format
     oracle: AttentionOracle
+    scale: np.ndarray  # the worst-case-blocking bound per element (NaN where it is 0: exact specials)
 
 
 def prepare(case: Case, fmt: Format) -> Prepared:
+    from flashcheck.oracles.bounds import attention_error_bound
+
     q, k, v, kw = case_inputs(case)
-    return Prepared(q, k, v, kw, fmt, attention_oracle(q, k, v, **kw))
+    orc = attention_oracle(q, k, v, **kw)
+    n = max(k.shape[2], 1)
+    worst = attention_error_bound(orc, block_n=n, n_blocks=n)
+    return Prepared(q, k, v, kw, fmt, orc, np.where(worst > 0, worst, np.nan))
 
 
 def supports(spec: KernelSpec, p: Prepared) -> bool:
@@ -91,13 +99,13 @@ def measure(spec: KernelSpec, p: Prepared, out: torch.Tensor) -> Measurement:
     y, r = c.actual, c.oracle
     mism = mismatch_of(y, r)
     ratio = np.where(mism, np.inf, c.bound_ratio())
-    unit = ulp_of(orc.pv, p.fmt)  # the output's scale without cancellation
+    unit = p.scale
     plain = ~mism & ~c.ftz & ~orc.special & np.isfinite(y) & np.isfinite(r)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         dev = y - orc.approx
         signed_ulp = np.where(plain, dev / unit, np.nan)
         signed_rel = np.where(plain & (orc.pv >= p.fmt.min_normal), dev / orc.pv, np.nan)
-        yy = np.where(mism, np.inf, c.err / unit)
+        yy = np.where(mism, np.inf, np.where(np.isnan(unit), np.where(c.err == 0, 0.0, np.inf), c.err / unit))
     vis = orc.visible
     n = vis.sum(axis=-1, keepdims=True).astype(np.float64)
     cond = np.where(vis, orc.d, 0.0).max(axis=-1, keepdims=True) if vis.shape[-1] else np.zeros_like(n)

@@ -237,8 +237,9 @@ def build(rows: list[dict[str, Any]], env: dict[str, Any], images: dict[str, lis
         "counts outputs past their derived bound (NUMERICS.md s.3), NaN/inf mismatches included (they are "
         "failures everywhere); *flushed* counts fp32 subnormal results flushed to zero (allowed). The signed "
         "error (ULPs from the correctly rounded value; relative to the exact value where it is a normal number) "
-        "has a 95% CI over rows: a CI clear of 0 (highlighted) is a rounding bias. Attention errors are in ULPs "
-        "of sum_j p_j |v_j|, the output's scale without cancellation. Baselines are measured on the same "
+        "has a 95% CI over rows: a CI clear of 0 (highlighted) is a rounding bias. Attention errors (max err, signed) are in "
+        "units of the bound's scale, the derived bound with worst-case blocking, the same for every kernel and "
+        "baseline (raw ULPs near 0 only measure cancellation); the relative one is relative to sum_j p_j |v_j|. Baselines are measured on the same "
         "inputs and never judged; *max err / baseline's* below 1 means more accurate than it."))
     for fam in dict.fromkeys(r["family"] for r in rows):
         for p in images.get(fam, []):
@@ -335,7 +336,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--classes", type=lambda v: [x.strip() for x in v.split(",") if x.strip()], default=None,
                    metavar="LIST", help="only these adversarial classes (comma-separated names)")
     p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
-                   help="stop drawing inputs after this many seconds (every class keeps the same count)")
+                   help="stop after this many seconds (every class gets at least one input, and the same count +-1)")
     p.add_argument("--no-fail", action="store_true", help="exit 0 even when a kernel fails")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--no-baselines", action="store_true", help="skip torch.softmax and SDPA")

@@ -228,7 +228,8 @@ def profiles(rows: list[dict[str, Any]], family: str, feature: str, label: str, 
             ax.set_xscale("symlog", linthresh=2.0**-8 if feature == "cond" else 1.0)
             if feature == "cond":
                 ax.set_xticks([0, 1e-2, 1, 1e2, 1e4], ["0", "0.01", "1", "100", "1e4"])
-            ax.set_yscale("symlog", linthresh=1.0)
+            # ULPs are integers (linear up to 1); errors in units of a bound are small fractions
+            ax.set_yscale("symlog", linthresh=1.0 if units == "ULP" else 1e-3)
             ax.grid(alpha=0.3)
             ax.tick_params(labelsize=7)
             if i == 0:

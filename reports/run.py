@@ -94,8 +94,8 @@ def collect(specs: list[KernelSpec], *, examples: int, baselines: bool = True, b
             progress: Progress | None | bool = True, log: Callable[[str], None] | None = None,
             dtypes: list[str] | None = None, classes: list[str] | None = None) -> RunResult:
     """Statistics of `specs` (and the family baselines) on `examples` shared inputs per family,
-    dtype and class (all, or those named); stops early, after a whole input, when `budget`
-    seconds are spent."""
+    dtype and class (all, or those named); once every class has had one input, stops early,
+    after a whole input, when `budget` seconds are spent."""
     t0 = time.perf_counter()
     plan = []  # (family module, fmt, class, cases, cells)
     cells: list[Cell] = []
@@ -124,7 +124,7 @@ def collect(specs: list[KernelSpec], *, examples: int, baselines: bool = True, b
         for mod, fmt, cls, cases, mine in plan:
             if r >= len(cases):
                 continue
-            if budget is not None and time.perf_counter() - t0 > budget:
+            if budget is not None and r > 0 and time.perf_counter() - t0 > budget:
                 hit = True
                 break
             t1 = time.perf_counter()
