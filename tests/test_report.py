@@ -128,13 +128,13 @@ def test_default_output_is_the_current_directory(tmp_path: Path, monkeypatch: py
     assert (tmp_path / "flashcheck-report" / "stability.html").is_file()
 
 
-def test_compare_and_budget(tmp_path: Path) -> None:
+def test_compare_and_budget(tmp_path: Path, kernels_file: Path) -> None:
     out = tmp_path / "rep"
-    args = ["--compare", f"{ZOO}:nan_swallowed", "softmax_row", *FAST, "--classes", "nan_inf,ties", "--out", str(out),
+    args = ["--compare", f"{kernels_file}:all_nan", "softmax_row", *FAST, "--classes", "nan_inf,ties", "--out", str(out),
             "--no-plots", "--budget", "0.001"]
     assert main(args) == 1
     data, md = _report(out)
-    assert "## softmax_bugs.nan_swallowed vs softmax_row" in md
+    assert "## report_kernels.all_nan vs softmax_row" in md
     assert data["environment"]["budget_hit"] and data["environment"]["inputs_done"] == 2  # one per class
-    assert {v["kernel"]: v["status"] for v in data["verdicts"]} == {"softmax_bugs.nan_swallowed": "FAIL",
+    assert {v["kernel"]: v["status"] for v in data["verdicts"]} == {"report_kernels.all_nan": "FAIL",
                                                                      "softmax_row": "PASS"}
