@@ -168,9 +168,10 @@ def signed_errors(rows: list[dict[str, Any]], family: str, path: Path, units: st
             col = colours[i % len(colours)]
             ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", ms=4, capsize=2, lw=1, color=col,
                         mfc="white" if base else col, label=k + (" (baseline)" if base else ""))
-        lim = max([abs(v) for v in ax.get_ylim()] + [0.6])
-        if lim > 4:
-            ax.set_yscale("symlog", linthresh=1.0)
+        # a +0.5 ULP bias must look large, noise of 0.001 ULP flat; bound units are finer
+        lim = max([abs(v) for v in ax.get_ylim()] + [0.6 if units == "ULP" else 0.02])
+        if lim > (4 if units == "ULP" else 1):
+            ax.set_yscale("symlog", linthresh=1.0 if units == "ULP" else 0.01)
         else:
             ax.set_ylim(-lim, lim)
         ax.set_ylabel(f"{d}: mean signed\nerror ({units})", fontsize=8)

@@ -42,11 +42,13 @@ class Progress:
         s = int(round(s))
         return f"{s // 60}:{s % 60:02d}"
 
-    def update(self, label: str = "", step: int = 1) -> None:
+    def update(self, label: str = "", step: int = 1, eta: float | None = None) -> None:
+        """One more input done; `eta` (seconds) replaces the average-rate estimate when given."""
         self.done += step
         frac = min(self.done / self.total, 1.0)
         el = time.perf_counter() - self.t0
-        eta = el / self.done * (self.total - self.done) if self.done else 0.0
+        if eta is None:
+            eta = el / self.done * (self.total - self.done) if self.done else 0.0
         fill = int(frac * self.width)
         line = (f"[{'#' * fill}{'.' * (self.width - fill)}] {frac:4.0%} {self.done}/{self.total} inputs  "
                 f"{self._clock(el)} elapsed, ETA {self._clock(eta)}  {label}")
@@ -120,8 +122,11 @@ def collect(specs: list[KernelSpec], *, examples: int, baselines: bool = True, b
     bar = (Progress(total) if progress is True else progress) or None
     done, hit, oracle_s = 0, False, 0.0
     rounds = max((len(p[3]) for p in plan), default=0)
+    # Hypothesis draws the simplest input first, so later rounds cost more: the ETA charges each
+    # remaining input what the same class's latest input cost (the average before it ran once).
+    cost: dict[int, float] = {}
     for r in range(rounds):
-        for mod, fmt, cls, cases, mine in plan:
+        for i, (mod, fmt, cls, cases, mine) in enumerate(plan):
             if r >= len(cases):
                 continue
             if budget is not None and r > 0 and time.perf_counter() - t0 > budget:
@@ -133,8 +138,12 @@ def collect(specs: list[KernelSpec], *, examples: int, baselines: bool = True, b
             for cell in mine:
                 run_one(mod, cell, prepared)
             done += 1
+            cost[i] = time.perf_counter() - t1
             if bar:
-                bar.update(f"{mod.FAMILY} {fmt.name} {cls}")
+                avg = sum(cost.values()) / len(cost)
+                left = sum(cost.get(j, avg) * max(0, len(p[3]) - (r + 1 if j <= i else r))
+                           for j, p in enumerate(plan))
+                bar.update(f"{mod.FAMILY} {fmt.name} {cls}", eta=left)
         if hit:
             break
     if bar:
