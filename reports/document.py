@@ -99,6 +99,7 @@ span.fail, span.pass { padding: 0 4px; border-radius: 3px; }
 td.bias { background: #fff3c4 !important; }
 code { background: #f2f2f2; padding: 0 3px; border-radius: 3px; }
 img { max-width: 100%; border: 1px solid #eee; margin: 6px 0 14px; }
+div.wide { overflow-x: auto; max-width: 100%; }
 ul { padding-left: 22px; } li { margin: 3px 0; }
 """
 
@@ -115,7 +116,7 @@ def to_html(blocks: list[Block], title: str) -> str:
         elif isinstance(b, Bullets):
             out.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in b.items) + "</ul>")
         elif isinstance(b, Table):
-            out.append("<table><thead><tr>" + "".join(f"<th>{_inline(h)}</th>" for h in b.header) + "</tr></thead><tbody>")
+            out.append('<div class="wide"><table><thead><tr>' + "".join(f"<th>{_inline(h)}</th>" for h in b.header) + "</tr></thead><tbody>")
             for i, r in enumerate(b.rows):
                 cls = b.classes[i] if i < len(b.classes) else []
                 cells = []
@@ -124,7 +125,7 @@ def to_html(blocks: list[Block], title: str) -> str:
                     cells.append(f'<td class="{k}">' if k else "<td>")
                     cells.append(_inline(c) + "</td>")
                 out.append("<tr>" + "".join(cells) + "</tr>")
-            out.append("</tbody></table>")
+            out.append("</tbody></table></div>")
         elif isinstance(b, Image):
             data = base64.b64encode(b.path.read_bytes()).decode("ascii")
             out.append(f'<img alt="{html.escape(b.alt)}" src="data:image/png;base64,{data}">')
