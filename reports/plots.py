@@ -231,6 +231,7 @@ def profiles(rows: list[dict[str, Any]], family: str, feature: str, label: str, 
                 ax.set_xticks([0, 1e-2, 1, 1e2, 1e4], ["0", "0.01", "1", "100", "1e4"])
             # ULPs are integers (linear up to 1); errors in units of a bound are small fractions
             ax.set_yscale("symlog", linthresh=1.0 if units == "ULP" else 1e-3)
+            ax.set_ylim(bottom=0)  # errors and bounds are magnitudes
             ax.grid(alpha=0.3)
             ax.tick_params(labelsize=7)
             if i == 0:

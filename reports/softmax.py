@@ -93,9 +93,10 @@ def measure(spec: KernelSpec, p: Prepared, out: torch.Tensor) -> Measurement:
         signed_rel = np.where(plain & (p.exact >= p.fmt.min_normal), (y - p.exact) / p.exact, np.nan)
     return Measurement(dist=c.dist, ratio=ratio, violation=c.violations | mism, mismatch=mism, ftz=c.ftz,
                        wide=c.bound > 1, signed_ulp=signed_ulp, signed_rel=signed_rel, y=c.dist, ybound=c.bound,
-                       # outputs whose exact value underflows every format say nothing about |x_i - max|
+                       # outputs that underflow, and NaN rows, say nothing about |x_i - max|
                        features={"n": np.full(y.shape, float(y.shape[1])),
-                                 "cond": np.where((r == 0) & (p.exact < p.fmt.min_subnormal), np.nan, p.cond)})
+                                 "cond": np.where(((r == 0) & (p.exact < p.fmt.min_subnormal)) | np.isnan(r),
+                                                  np.nan, p.cond)})
 
 
 def _torch_softmax(x: torch.Tensor) -> torch.Tensor:
