@@ -1,0 +1,449 @@
+"""`flashcheck report` / `python -m flashcheck.reports`: the stability report of any kernel.
+
+    flashcheck report [TARGET ...] [--family F] [--compare A B] [--out DIR] [--examples N]
+                      [--budget SECONDS] [--no-fail] [--no-plots] [--no-baselines]
+
+TARGET is `path/to/file.py:function`, `package.module:function` or a registered kernel's name
+(none: every registered kernel). Each kernel, the family's baselines (torch.softmax; SDPA's
+backends) run on the same inputs drawn deterministically from every adversarial class; their
+outputs are compared with the correctly rounded oracle. The report opens with each kernel's
+PASS/FAIL verdict and writes stability.md, stability.json, stability.html (self-contained) and the
+PNG plots to DIR (default ./flashcheck-report). Exit status: 0 all pass, 1 an output exceeds its
+bound or a kernel raised (--no-fail: 0), 2 a usage error or nothing measured.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import platform
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Sequence
+
+from .document import Block, Bullets, Heading, Image, Para, Table, to_html, to_markdown
+
+PROG = "flashcheck report"
+
+
+# ---- numbers as text -----------------------------------------------------------------------------
+
+def _g(v: Any, digits: int = 3) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        if math.isinf(v):
+            return "inf"
+        if v == 0:
+            return "0"
+        return f"{v:.{digits}g}"
+    return str(v)
+
+
+def _pct(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if v == 0:
+        return "0"
+    if v < 0.001:
+        return "<0.1%"
+    if v < 1 and v > 0.999:
+        return ">99.9%"
+    return f"{100 * v:.1f}%"
+
+
+def _signed(s: dict[str, Any]) -> str:
+    if s["mean"] is None:
+        return "-"
+    if s["lo"] is None:
+        return f"{s['mean']:+.2g} (1 row)"
+    return f"{s['mean']:+.2g} [{s['lo']:+.2g}, {s['hi']:+.2g}]"
+
+
+def _biased(s: dict[str, Any]) -> bool:
+    from ._stats import biased
+
+    return biased(s)
+
+
+def anchor(kernel: str) -> str:
+    return "kernel-" + "".join(ch if ch.isalnum() else "-" for ch in kernel)
+
+
+# ---- verdicts ------------------------------------------------------------------------------------
+
+def _cell_name(r: dict[str, Any]) -> str:
+    return f"{r['dtype']} {r['strategy']}"
+
+
+def verdict(kernel: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """PASS/FAIL of one kernel over all its rows, with its worst finding in one line."""
+    mine = [r for r in rows if r["kernel"] == kernel and not r["baseline"]]
+    over = sum(r["violations"] for r in mine)
+    mism = sum(r["mismatch"] for r in mine)
+    raised = [r for r in mine if r["errors"]]
+    outputs = sum(r["outputs"] for r in mine)
+    if not outputs and not raised:
+        return {"kernel": kernel, "status": "NO DATA", "finding": "no input it declares it takes was drawn"}
+    worst = max(mine, key=lambda r: (bool(r["errors"]), r["mismatch"], r["max_bound_ratio"]))
+    if raised:
+        r = raised[0]
+        finding = f"raised on {len(raised)} class(es), first {_cell_name(r)}: {r['errors'][0]}"
+        status = "FAIL"
+    elif over:
+        status = "FAIL"
+        what = (f"{over} outputs over their bound ({mism} NaN/inf mismatches)" if mism
+                else f"{over} outputs over their bound")
+        if worst["mismatch"]:
+            finding = f"{what}; worst: {_cell_name(worst)}, NaN/inf where the oracle differs ({worst['mismatch']})"
+        else:
+            finding = (f"{what}; worst: {_cell_name(worst)} at {_g(worst['max_bound_ratio'])}x its bound "
+                       f"({_g(worst['max_ulp'])} ULP)")
+    else:
+        status = "PASS"
+        # At a 1-ULP bound, 1x is the ordinary faithful rounding: name the closest call among
+        # the wider bounds, and let the 16-bit shares below speak for the rest.
+        wide = [r for r in mine if r["max_bound_ratio_wide"] is not None]
+        if wide:
+            w = max(wide, key=lambda r: r["max_bound_ratio_wide"])
+            finding = f"worst {_cell_name(w)} at {_g(w['max_bound_ratio_wide'])}x its bound (bounds over 1 ULP)"
+        else:
+            finding = f"worst {_cell_name(worst)} at {_g(worst['max_bound_ratio'])}x its bound"
+    sixteen = [r for r in mine if r["dtype"] in ("fp16", "bf16") and r["outputs"]]
+    if sixteen:
+        n = sum(r["outputs"] for r in sixteen)
+        cr = sum(r["exact_share"] * r["outputs"] for r in sixteen) / n
+        one = sum(r["one_ulp_share"] * r["outputs"] for r in sixteen) / n
+        finding += f"; 16-bit outputs {_pct(cr)} correctly rounded, {_pct(one)} 1 ULP off"
+    bias = [r for r in mine if _biased(r["signed_ulp"])]
+    if bias:
+        b = max(bias, key=lambda r: abs(r["signed_ulp"]["mean"]))
+        finding += f"; largest bias {_signed(b['signed_ulp'])} in {_cell_name(b)} ({len(bias)} cells biased)"
+    else:
+        finding += "; no signed bias detected"
+    return {"kernel": kernel, "status": status, "finding": finding}
+
+
+def failed(verdicts: list[dict[str, Any]]) -> bool:
+    return any(v["status"] != "PASS" for v in verdicts)
+
+
+# ---- tables --------------------------------------------------------------------------------------
+
+def _baseline_ratio(r: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """Our max error over each baseline's on the same inputs (< 1: more accurate than it)."""
+    parts = []
+    for b in rows:
+        if not b["baseline"] or (b["family"], b["dtype"], b["strategy"]) != (r["family"], r["dtype"], r["strategy"]):
+            continue
+        if not b["outputs"]:
+            parts.append(f"{b['kernel']} n/a")
+            continue
+        ours, theirs = r["max_err"], b["max_err"]
+        if ours == 0 and theirs == 0:
+            txt = "both exact"
+        elif theirs == 0 or math.isinf(ours):
+            txt = "inf"
+        else:
+            txt = _g(ours / theirs, 2)
+        parts.append(f"{b['kernel']} {txt}")
+    return "; ".join(parts) or "-"
+
+
+def class_table(kernel: str, rows: list[dict[str, Any]], units: str) -> Table:
+    mine = [r for r in rows if r["kernel"] == kernel]
+    header = ["dtype", "class", "verdict", "outputs", "correctly rounded", "1 ULP off", "over bound",
+              "NaN/inf mismatch", "flushed", f"max err ({units})", "max err/bound (bound > 1 ULP)",
+              f"signed err ({units}): mean [95% CI]", "signed rel. err: mean [95% CI]"]
+    base = not mine or not mine[0]["baseline"]
+    if base:
+        header.append("max err / baseline's")
+    out, cls = [], []
+    for r in mine:
+        status = "FAIL" if r["status"] == "FAIL" else ("-" if not r["outputs"] else "PASS")
+        if r["baseline"] and status != "-":  # baselines are measured, not judged
+            status = "over bound" if status == "FAIL" else "within bound"
+        note = ""
+        if r["errors"]:
+            note = f" (raised: {r['errors'][0][:80]})"
+        elif r["skipped"] and not r["outputs"]:
+            note = " (not taken)"
+        row = [r["dtype"], r["strategy"], status + note, str(r["outputs"]), _pct(r["exact_share"]),
+               _pct(r["one_ulp_share"]), f"{r['violations']}" + (f" ({_pct(r['beyond_share'])})" if r["violations"] else ""),
+               str(r["mismatch"]), str(r["ftz"]), _g(r["max_err"]), _g(r["max_bound_ratio_wide"]),
+               _signed(r["signed_ulp"]), _signed(r["signed_rel"])]
+        c = ["", "", "fail" if status == "FAIL" else ("pass" if status == "PASS" else ""), "", "", "",
+             "fail" if r["violations"] else "", "fail" if r["mismatch"] else "", "", "", "",
+             "bias" if _biased(r["signed_ulp"]) else "", "bias" if _biased(r["signed_rel"]) else ""]
+        if base:
+            row.append(_baseline_ratio(r, rows))
+            c.append("")
+        out.append(row)
+        cls.append(c)
+    return Table(header, out, cls)
+
+
+def compare_table(a: str, b: str, rows: list[dict[str, Any]], units: str) -> Table:
+    """Two kernels side by side on the same inputs, per dtype and class."""
+    by = {(r["kernel"], r["dtype"], r["strategy"]): r for r in rows}
+    keys = list(dict.fromkeys((r["dtype"], r["strategy"]) for r in rows if r["kernel"] in (a, b)))
+    header = ["dtype", "class"]
+    for k in (a, b):
+        header += [f"{k}: verdict", f"{k}: max err ({units})", f"{k}: max err/bound", f"{k}: signed err mean [CI]"]
+    header.append(f"max err {b} / {a}")
+    out, cls = [], []
+    for d, c in keys:
+        row, cl = [d, c], ["", ""]
+        pair = [by.get((k, d, c)) for k in (a, b)]
+        for r in pair:
+            if r is None:
+                row += ["-"] * 4
+                cl += [""] * 4
+                continue
+            st = r["status"] if r["outputs"] or r["errors"] else "-"
+            row += [st, _g(r["max_err"]), _g(r["max_bound_ratio"]), _signed(r["signed_ulp"])]
+            cl += ["fail" if st == "FAIL" else ("pass" if st == "PASS" else ""), "", "", ""]
+        ra, rb = pair
+        if ra and rb and ra["outputs"] and rb["outputs"]:
+            x, y = ra["max_err"], rb["max_err"]
+            row.append("both exact" if x == y == 0 else ("inf" if x == 0 or math.isinf(y) else _g(y / x, 2)))
+        else:
+            row.append("-")
+        cl.append("")
+        out.append(row)
+        cls.append(cl)
+    return Table(header, out, cls)
+
+
+# ---- the document --------------------------------------------------------------------------------
+
+def build(rows: list[dict[str, Any]], env: dict[str, Any], images: dict[str, list[Path]],
+          descriptions: dict[str, str], compare: tuple[str, str] | None = None) -> tuple[list[Block], list[dict]]:
+    from .run import family_module
+
+    kernels = list(dict.fromkeys(r["kernel"] for r in rows if not r["baseline"]))
+    verdicts = [verdict(k, rows) for k in kernels]
+    blocks: list[Block] = [Heading(1, "flashcheck stability report"), Heading(2, "Verdict", "verdict")]
+    blocks.append(Bullets([f"**{v['status']}** [{v['kernel']}](#{anchor(v['kernel'])}): {v['finding']}"
+                           for v in verdicts]))
+    n_fail = sum(v["status"] != "PASS" for v in verdicts)
+    blocks.append(Para(f"{len(verdicts) - n_fail} of {len(verdicts)} kernels pass. " + (
+        "Exit status 1: at least one output exceeds its derived bound (or a kernel raised, or had no input)."
+        if n_fail else "Exit status 0.")))
+    budget = (f" The time budget ended the run after {env['inputs_done']} of {env['inputs_total']} inputs."
+              if env.get("budget_hit") else "")
+    blocks.append(Para(
+        f"{env['date']} on {env['device']}; torch {env['torch']}, triton {env['triton']}; {env['seconds']:.0f} s. "
+        f"Up to {env['examples']} inputs per dtype and adversarial class, drawn deterministically from the class's "
+        f"strategy; every kernel and baseline gets the same inputs.{budget} Errors are measured against the "
+        "correctly rounded oracle: *correctly rounded* and *1 ULP off* are shares of all outputs; *over bound* "
+        "counts outputs past their derived bound (NUMERICS.md s.3), NaN/inf mismatches included (they are "
+        "failures everywhere); *flushed* counts fp32 subnormal results flushed to zero (allowed). The signed "
+        "error (ULPs from the correctly rounded value; relative to the exact value where it is a normal number) "
+        "has a 95% CI over rows: a CI clear of 0 (highlighted) is a rounding bias. Attention errors (max err, signed) are in "
+        "units of the bound's scale, the derived bound with worst-case blocking, the same for every kernel and "
+        "baseline (raw ULPs near 0 only measure cancellation); the relative one is relative to sum_j p_j |v_j|. Baselines are measured on the same "
+        "inputs and never judged; *max err / baseline's* below 1 means more accurate than it."))
+    for fam in dict.fromkeys(r["family"] for r in rows):
+        for p in images.get(fam, []):
+            if "heatmap" in p.name:
+                blocks.append(Image(p, f"{fam}: err/bound heat map"))
+    if compare:
+        a, b = compare
+        fam = next(r["family"] for r in rows if r["kernel"] == a)
+        blocks += [Heading(2, f"{a} vs {b}", "compare"),
+                   Para(f"Both kernels on the same inputs; the last column is {b}'s max error over {a}'s."),
+                   compare_table(a, b, rows, family_module(fam).UNITS)]
+    for k in kernels + list(dict.fromkeys(r["kernel"] for r in rows if r["baseline"])):
+        krows = [r for r in rows if r["kernel"] == k]
+        fam = krows[0]["family"]
+        base = krows[0]["baseline"]
+        v = next((v for v in verdicts if v["kernel"] == k), None)
+        title = f"{k} ({fam}" + (", baseline)" if base else f"): {v['status']}")
+        blocks.append(Heading(2, title, anchor(k)))
+        if descriptions.get(k):
+            blocks.append(Para(descriptions[k]))
+        if v:
+            blocks.append(Para(v["finding"]))
+        blocks.append(class_table(k, rows, family_module(fam).UNITS))
+    for fam in dict.fromkeys(r["family"] for r in rows):
+        rest = [p for p in images.get(fam, []) if "heatmap" not in p.name]
+        if rest:
+            blocks.append(Heading(2, f"{fam}: plots", f"plots-{fam}"))
+            blocks += [Image(p, p.stem) for p in rest]
+    return blocks, verdicts
+
+
+def make_plots(rows: list[dict[str, Any]], out: Path) -> dict[str, list[Path]]:
+    from . import plots
+    from .run import family_module
+
+    written: dict[str, list[Path]] = {}
+    for fam in dict.fromkeys(r["family"] for r in rows):
+        mod = family_module(fam)
+        got = [plots.heatmap(rows, fam, out / f"stability_{fam}_heatmap.png"),
+               plots.signed_errors(rows, fam, out / f"stability_{fam}_signed.png", mod.UNITS)]
+        for feat, label in mod.FEATURES.items():
+            got.append(plots.profiles(rows, fam, feat, label, mod.UNITS, out / f"stability_{fam}_vs_{feat}.png"))
+        written[fam] = [p for p in got if p is not None]
+    return written
+
+
+# ---- command line --------------------------------------------------------------------------------
+
+def _environment() -> dict[str, Any]:
+    import torch
+    import triton
+
+    from flashcheck.kernels import INTERPRET
+
+    return {"date": dt.date.today().isoformat(),
+            "device": "Triton interpreter (CPU)" if INTERPRET else torch.cuda.get_device_name(),
+            "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version()}
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return "inf" if v > 0 else ("-inf" if v < 0 else "nan")
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def _write(path: Path, data: str) -> None:
+    """Write whole or not at all: a crash mid-write never leaves half a report."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(data)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0].split(": ", 1)[-1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="\n\n".join(__doc__.split("\n\n")[2:]))
+    p.add_argument("targets", nargs="*", metavar="TARGET",
+                   help="FILE.py:FUNCTION, package.module:FUNCTION or a registered kernel (default: all registered)")
+    p.add_argument("--kernel", action="append", default=[], metavar="TARGET", help="same as a TARGET (repeatable)")
+    p.add_argument("--family", choices=["softmax", "attention"],
+                   help="the family of FILE.py/module targets; with no target, only this family's kernels")
+    p.add_argument("--compare", nargs=2, metavar=("A", "B"), help="two kernels side by side on the same inputs")
+    p.add_argument("--out", type=Path, default=None, help="output folder (default ./flashcheck-report)")
+    p.add_argument("--examples", type=int, default=None,
+                   help="inputs per dtype and class (default 2 on CPU, 20 on GPU)")
+    p.add_argument("--dtypes", type=lambda v: [x.strip() for x in v.split(",") if x.strip()], default=None,
+                   metavar="LIST", help="only these output dtypes, e.g. fp16,bf16 (default: all a kernel takes)")
+    p.add_argument("--classes", type=lambda v: [x.strip() for x in v.split(",") if x.strip()], default=None,
+                   metavar="LIST", help="only these adversarial classes (comma-separated names)")
+    p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                   help="stop after this many seconds (every class gets at least one input, and the same count +-1)")
+    p.add_argument("--no-fail", action="store_true", help="exit 0 even when a kernel fails")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--no-baselines", action="store_true", help="skip torch.softmax and SDPA")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--kill-matrix", action="store_true",
+                   help="instead: run the ci suite against every known-bad zoo kernel (reports/kill_matrix.py; "
+                        "its own options follow, e.g. --kill-matrix --zoo NAME --jobs 2)")
+    return p
+
+
+def _error(msg: str) -> int:
+    print(f"{PROG}: {msg}", file=sys.stderr)
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--kill-matrix" in argv:
+        from . import kill_matrix
+
+        return int(kill_matrix.main([a for a in argv if a != "--kill-matrix"]) or 0)
+    args = parser().parse_args(argv)
+    if args.examples is not None and args.examples < 1:
+        return _error(f"--examples {args.examples}: expected a positive integer")
+    if args.budget is not None and not args.budget > 0:
+        return _error(f"--budget {args.budget}: expected a positive number of seconds")
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # The interpreter evaluates -inf - -inf and friends in NumPy on purpose (NUMERICS.md s. 2):
+    # its RuntimeWarnings are expected noise here, not findings.
+    warnings.filterwarnings("ignore", category=RuntimeWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    from flashcheck.external import KernelLoadError, load_kernel
+    from flashcheck.kernels import INTERPRET
+    from flashcheck.kernels.registry import REGISTRY
+
+    targets = list(args.targets) + list(args.kernel) + list(args.compare or [])
+    try:
+        specs = [load_kernel(t, args.family) for t in targets]
+    except KernelLoadError as e:
+        return _error(str(e))
+    if not targets:
+        specs = [s for s in REGISTRY if args.family is None or s.family == args.family]
+    specs = list({s.name: s for s in specs}.values())
+    if args.compare:
+        a, b = (load_kernel(t, args.family) for t in args.compare)
+        if a.family != b.family:
+            return _error(f"--compare {a.name} {b.name}: a {a.family} and a {b.family} kernel")
+        if a.name == b.name:
+            return _error(f"--compare {a.name} {b.name}: the same kernel twice")
+    if not specs:
+        return _error("no kernel to report on")
+    bad = [d for d in args.dtypes or [] if d not in ("fp16", "bf16", "fp32")]
+    if bad:
+        return _error(f"--dtypes: unknown dtype {bad[0]!r} (fp16, bf16, fp32)")
+    from .run import family_module
+
+    known = {c for fam in {s.family for s in specs} for c in family_module(fam).class_names()}
+    bad = [c for c in args.classes or [] if c not in known]
+    if bad:
+        return _error(f"--classes: unknown class {bad[0]!r} (known: {', '.join(sorted(known))})")
+    out = (args.out if args.out is not None else Path.cwd() / "flashcheck-report").resolve()
+    examples = args.examples or (2 if INTERPRET else 20)
+    env = _environment()
+    from .run import collect
+
+    if not args.quiet:
+        print(f"{PROG}: {', '.join(s.name for s in specs)} on {env['device']}, up to {examples} inputs per class",
+              file=sys.stderr)
+    result = collect(specs, examples=examples, baselines=not args.no_baselines, budget=args.budget,
+                     progress=not args.quiet, log=lambda m: print(m, file=sys.stderr), dtypes=args.dtypes,
+                     classes=args.classes)
+    rows = result.rows
+    if not any(r["outputs"] or r["errors"] for r in rows if not r["baseline"]):
+        return _error(f"nothing was measured (no kernel took any drawn input); {out} left as it was")
+    per_kernel: dict[str, float] = {}
+    for r in rows:
+        per_kernel[r["kernel"]] = per_kernel.get(r["kernel"], 0.0) + r["seconds"]
+    env.update(examples=examples, seconds=result.seconds, oracle_seconds=round(result.oracle_seconds, 1),
+               kernel_seconds={k: round(v, 1) for k, v in per_kernel.items()}, inputs_done=result.inputs_done,
+               inputs_total=result.inputs_total, budget_hit=result.budget_hit)
+    out.mkdir(parents=True, exist_ok=True)
+    images = {} if args.no_plots else make_plots(rows, out)
+    compare = (load_kernel(args.compare[0], args.family).name, load_kernel(args.compare[1], args.family).name) \
+        if args.compare else None
+    blocks, verdicts = build(rows, env, images, {s.name: s.description for s in specs}, compare)
+    _write(out / "stability.md", to_markdown(blocks))
+    _write(out / "stability.html", to_html(blocks, "flashcheck stability report"))
+    _write(out / "stability.json", json.dumps(_jsonable({"environment": env, "verdicts": verdicts, "rows": rows}),
+                                              indent=1))
+    for v in verdicts:
+        print(f"{v['status']:7s} {v['kernel']}: {v['finding']}")
+    print("seconds: oracle " + f"{result.oracle_seconds:.0f}, "
+          + ", ".join(f"{k} {v:.0f}" for k, v in per_kernel.items()), file=sys.stderr)
+    print(f"wrote {out}/stability.{{md,html,json}}" + "".join(f", {p.name}" for ps in images.values() for p in ps)
+          + f" in {result.seconds:.0f}s")
+    if failed(verdicts):
+        print("at least one kernel fails: see the Verdict section" + (" (--no-fail: exit 0)" if args.no_fail else ""),
+              file=sys.stderr)
+        return 0 if args.no_fail else 1
+    return 0
+
+
+__all__ = ["main", "verdict", "build", "parser", "anchor"]
