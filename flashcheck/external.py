@@ -73,13 +73,22 @@ def _ints(v: Any) -> tuple[int, ...]:
     return tuple(sorted({_positive_int(int(i)) for i in items}))
 
 
+class HeadDims:
+    """A declared list of head dims, usable as the predicate `head_dims(d)`."""
+
+    def __init__(self, dims: tuple[int, ...]) -> None:
+        self.dims = frozenset(dims)
+        self.__doc__ = f"head dims {sorted(self.dims)}"
+
+    def __call__(self, d: int) -> bool:
+        return d in self.dims
+
+    def __repr__(self) -> str:
+        return f"HeadDims({sorted(self.dims)})"
+
+
 def _head_dims(v: Any) -> Callable[[int], bool]:
-    if callable(v):
-        return v
-    allowed = frozenset(_ints(v))
-    pred = allowed.__contains__
-    pred.__doc__ = f"head dims {sorted(allowed)}"
-    return pred
+    return v if callable(v) else HeadDims(_ints(v))
 
 
 def _choice(*options: str) -> Callable[[Any], str]:

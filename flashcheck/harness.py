@@ -17,7 +17,7 @@ import os
 import platform
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -49,7 +49,7 @@ def prop(family: str, name: str) -> Callable[[Property], Property]:
     return deco
 
 
-def check(spec: KernelSpec, name: str, case: Case) -> None:
+def check(spec: KernelSpec, name: str, case: Case, *, save: bool = True) -> None:
     """Run a property; if this is Hypothesis's final (shrunk) failing example, save a fixture."""
     try:
         prop_fn = PROPERTIES[(spec.family, name)]
@@ -59,10 +59,50 @@ def check(spec: KernelSpec, name: str, case: Case) -> None:
     try:
         prop_fn(spec, case)
     except Exception as exc:
-        if saving_enabled() and _is_final_hypothesis_example():
-            path = save_fixture(spec, name, case, exc)
-            exc.add_note(replay_note(path, spec))
+        if save:
+            _save_if_final(spec, name, case, exc)
         raise
+
+
+def _save_if_final(spec: KernelSpec, name: str, case: Case, exc: BaseException) -> None:
+    if saving_enabled() and _is_final_hypothesis_example():
+        path = save_fixture(spec, name, case, exc)
+        exc.add_note(replay_note(path, spec))
+
+
+class PropertyFailures(AssertionError):
+    """Properties failed on one case (each reported in its own section)."""
+
+
+def check_all(spec: KernelSpec, names: Sequence[str], case: Case) -> None:
+    """Run every property in `names` on one case; report each failure on its own.
+
+    Whatever fails, the error is raised from this one place, so Hypothesis shrinks one failure
+    per test instead of grouping the properties into an ExceptionGroup; its message lists every
+    property that failed. The shrunk case is saved once, as a fixture of the first failing
+    property (replaying it re-checks that property).
+    """
+    failures: list[tuple[str, BaseException]] = []
+    for name in names:
+        try:
+            check(spec, name, case, save=False)
+        except Exception as exc:  # a property's verdict, or the kernel raising on this input
+            failures.append((name, exc))
+            if not isinstance(exc, AssertionError):
+                break  # the kernel itself raised: every other property would repeat it
+    if not failures:
+        return
+    first_name, first = failures[0]
+    _save_if_final(spec, first_name, case, first)
+    sections = []
+    for name, exc in failures:
+        kind = "" if isinstance(exc, AssertionError) else f"the kernel raised {type(exc).__name__}: "
+        sections.append(f"[{name}] {kind}{exc}")
+    err = PropertyFailures(f"{len(failures)} of {len(names)} properties failed on {case!r}\n\n"
+                           + "\n\n".join(sections))
+    for note in getattr(first, "__notes__", []):
+        err.add_note(note)
+    raise err
 
 
 def _is_final_hypothesis_example() -> bool:

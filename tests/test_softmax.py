@@ -11,7 +11,7 @@ import pytest
 import torch
 from hypothesis import assume, given, strategies as st
 
-from flashcheck.harness import Case, check
+from flashcheck.harness import Case, check_all
 from flashcheck.kernels import DEVICE, INTERPRET
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.oracles.formats import format_of
@@ -37,8 +37,7 @@ def test_adversarial_class(spec: KernelSpec, dtype: torch.dtype, cls: str, data:
     case = data.draw(strategy(fmt=fmt, strided=strided) if cls == "elementwise"
                      else strategy(fmt=fmt, max_n=max_n_for(spec), strided=strided), label="case")
     assume(case.tensors["x"].shape[1] >= spec.min_n)
-    for name in CORE_PROPERTIES:
-        check(spec, name, case)
+    check_all(spec, CORE_PROPERTIES, case)
 
 
 # The declared sizes are drawn even past the run's usual cap (the interpreter's 2048), up to this.
@@ -53,8 +52,7 @@ def test_declared_sizes(spec: KernelSpec, dtype: torch.dtype, data: st.DataObjec
     max_n = min(SIZES_CAP, spec.max_n or SIZES_CAP)
     case = data.draw(declared_size_rows(fmt=format_of(dtype), sizes=spec.sizes, min_n=spec.min_n, max_n=max_n,
                                         strided=not spec.contiguous_only), label="case")
-    for name in CORE_PROPERTIES:
-        check(spec, name, case)
+    check_all(spec, CORE_PROPERTIES, case)
 
 
 SPECIAL_ROWS = {
@@ -77,8 +75,7 @@ def test_special_values(spec: KernelSpec, dtype: torch.dtype, row: str) -> None:
     values[1] = np.linspace(-1, 1, values.shape[1])  # a clean row between: must stay clean
     x = torch.from_numpy(values).to(dtype).to(DEVICE)
     case = Case(tensors={"x": x}, label=f"special/{row}")
-    for name in CORE_PROPERTIES:
-        check(spec, name, case)
+    check_all(spec, CORE_PROPERTIES, case)
 
 
 def _bad_inputs() -> dict[str, tuple[type[Exception], torch.Tensor]]:
