@@ -25,6 +25,12 @@ DEVICE: torch.device = torch.device("cpu" if INTERPRET else "cuda")
 import triton  # noqa: E402  (after the switch above, on purpose)
 import triton.language as tl  # noqa: E402
 
+if INTERPRET:
+    # exact bf16 conversions/arithmetic/dot and runnable @triton.autotune kernels in the interpreter
+    from flashcheck.interpreter import install as _install_exact_interpreter  # noqa: E402
+
+    _install_exact_interpreter()
+
 __all__ = ["DEVICE", "INTERPRET", "triton", "tl", "check_device"]
 
 
