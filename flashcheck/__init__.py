@@ -28,3 +28,14 @@ HOME: Path = _HERE if (_HERE / "kernels").is_dir() else _CHECKOUT
 #: The folder to put on `sys.path` (e.g. a subprocess's PYTHONPATH) so `import flashcheck` finds
 #: this very copy.
 IMPORT_ROOT: Path = _HERE.parent
+
+
+FAMILIES = ("softmax", "attention")
+
+
+def suite_paths(family: str | None = None) -> list[str]:
+    """The suite's test files for a family (every family when None), replays included."""
+    tests = HOME / "tests"
+    families = [family] if family else list(FAMILIES)
+    files = sorted({str(p) for f in families for p in tests.glob(f"test_{f}*.py")})
+    return files + [str(tests / "test_regressions.py")]

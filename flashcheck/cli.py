@@ -21,9 +21,21 @@ from typing import Sequence
 FAMILIES = ("softmax", "attention")
 
 
+def _capabilities() -> dict:
+    from flashcheck.external import CAPABILITIES
+
+    return CAPABILITIES
+
+
 def _check(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="flashcheck check", description="Run a family's suite on one kernel.",
-                                epilog="Options not listed here go to pytest unchanged.")
+    p = argparse.ArgumentParser(
+        prog="flashcheck check", description="Run a family's suite on one kernel.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Options not listed here go to pytest unchanged, among them the capability flags:\n"
+               "  --kernel-dtypes fp16,bf16  --kernel-min-n N  --kernel-max-n N  --kernel-sizes N,N\n"
+               "  --kernel-cap KEY=VALUE (repeatable), --fixture-dir DIR, --no-save-fixtures,\n"
+               "  -n auto, -x, -k EXPR, --hypothesis-profile NAME.\nCapability keys:\n"
+               + "\n".join(f"  {k:16s} {v[3]}" for k, v in _capabilities().items()))
     p.add_argument("target", help="FILE.py:FUNCTION, package.module:FUNCTION or a registered kernel name")
     p.add_argument("--family", choices=FAMILIES, help="which suite (inferred for registered kernels and KernelSpecs)")
     ns, rest = p.parse_known_args(argv)
@@ -41,7 +53,7 @@ def _check(argv: Sequence[str]) -> int:
     family = spec.family
     import pytest
 
-    from flashcheck.plugin import suite_paths
+    from flashcheck import suite_paths
 
     args = [*suite_paths(family), "-p", "flashcheck.plugin", "-p", "no:cacheprovider",
             f"--kernel={ns.target}", f"--family={family}", *rest]

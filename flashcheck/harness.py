@@ -98,7 +98,8 @@ def check_all(spec: KernelSpec, names: Sequence[str], case: Case) -> None:
     for name, exc in failures:
         kind = "" if isinstance(exc, AssertionError) else f"the kernel raised {type(exc).__name__}: "
         sections.append(f"[{name}] {kind}{exc}")
-    err = PropertyFailures(f"{len(failures)} of {len(names)} properties failed on {case!r}\n\n"
+    err = PropertyFailures(f"{', '.join(n for n, _ in failures)} failed ({len(failures)} of {len(names)} "
+                           f"properties) on {case!r}\n\n"
                            + "\n\n".join(sections))
     for note in getattr(first, "__notes__", []):
         err.add_note(note)

@@ -18,7 +18,7 @@ import pytest
 if TYPE_CHECKING:
     from flashcheck.kernels.registry import KernelSpec
 
-FAMILIES = ("softmax", "attention")
+from flashcheck import FAMILIES, suite_paths
 #: Where an external kernel's fixtures go by default: the author's repository, not flashcheck's.
 EXTERNAL_FIXTURE_DIR = "flashcheck-regressions"
 _ACTIVE_KEY = pytest.StashKey[bool]()
@@ -48,16 +48,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--fixture-dir", dest="flashcheck_fixture_dir", default=None, metavar="DIR",
                 help="where regression fixtures are written and replayed from (default: the suite's "
                      f"own for registered kernels, ./{EXTERNAL_FIXTURE_DIR} for --kernel)")
-
-
-def suite_paths(family: str | None) -> list[str]:
-    """The installed suite's test files for a family (all families when None)."""
-    from flashcheck import HOME
-
-    tests = HOME / "tests"
-    families = [family] if family else list(FAMILIES)
-    files = sorted({str(p) for f in families for p in tests.glob(f"test_{f}*.py")})
-    return files + [str(tests / "test_regressions.py")]
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -139,6 +129,8 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     lines = []
     for s in REGISTRY:
         lines.append(f"flashcheck: {s.name} ({s.family}): {describe_capabilities(s)}")
+    lines.append("flashcheck: --kernel/--family runs only tests that check a kernel; the suite's self-tests "
+                 "are deselected")
     lines.append(f"flashcheck: fixtures {'in ' + str(harness.fixture_dir()) if harness.saving_enabled() else 'not saved'}")
     return lines
 
