@@ -67,6 +67,22 @@ def _row_max_kernel(x_ptr, max_ptr, arg_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _misc_kernel(a_ptr, b_ptr, i_ptr, const_ptr, int_ptr, where_ptr, fma_ptr, clamp_ptr, pad_ptr, n,
+                 BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    a = tl.load(a_ptr + offs, mask=mask)
+    b = tl.load(b_ptr + offs, mask=mask)
+    tl.store(const_ptr + offs, tl.full([BLOCK], 1.00390625, tl.bfloat16) + tl.zeros([BLOCK], tl.bfloat16), mask=mask)
+    tl.store(int_ptr + offs, tl.load(i_ptr + offs, mask=mask).to(tl.bfloat16), mask=mask)
+    tl.store(where_ptr + offs, tl.where(a < b, a, -3.0e38), mask=mask)
+    tl.store(fma_ptr + offs, tl.fma(a, b, a), mask=mask)
+    tl.store(clamp_ptr + offs, tl.clamp(a, -b, b), mask=mask)
+    block = tl.make_block_ptr(a_ptr, shape=(n,), strides=(1,), offsets=(0,), block_shape=(BLOCK,), order=(0,))
+    tl.store(pad_ptr + offs, tl.load(block, boundary_check=(0,), padding_option="nan"))
+
+
+@triton.jit
 def _dot_kernel(a_ptr, b_ptr, c_ptr, M: tl.constexpr, K: tl.constexpr, N: tl.constexpr):
     m = tl.arange(0, M)
     k = tl.arange(0, K)
@@ -245,6 +261,24 @@ def test_bf16_max_argmax() -> None:
     _row_max_kernel[(64,)](x.to(DEVICE), mx, arg, 100, BLOCK=128)
     assert_same_bits(mx.cpu(), x.max(dim=1).values, "tl.max on bf16")
     assert torch.equal(x.gather(1, arg.cpu().long().unsqueeze(1)).squeeze(1), x.max(dim=1).values)
+
+
+def test_bf16_constants_ints_where_fma_clamp_padding() -> None:
+    a, b = (t[:1000] for t in _bf16_pairs())
+    b = b.abs()
+    ints = torch.tensor([257, 259, -(2**24) - 3, 2**31 - 1, 0, -1] * 10, dtype=torch.int32)
+    n = ints.numel()
+    outs = [torch.empty(1000 if i < 5 else 1024, dtype=torch.bfloat16, device=DEVICE) for i in range(6)]
+    _misc_kernel[(1,)](a.to(DEVICE), b.to(DEVICE), ints.to(DEVICE), *outs, 1000, BLOCK=1024)
+    const, as_bf16, where, fma, clamp, pad = (o.cpu() for o in outs)
+    assert (const.view(torch.int16) == 0x3F80).all(), "1 + 2**-8 is a tie: to even, 1.0"
+    assert_same_bits(as_bf16[:n], ints.double().to(torch.bfloat16), "int32 -> bf16")  # exact in fp64
+    assert_same_bits(where, torch.where(a < b, a, torch.tensor(-3.0e38).to(torch.bfloat16)), "tl.where on bf16")
+    want_fma = round_float64(a.double().numpy() * b.double().numpy() + a.double().numpy(), format_of(torch.bfloat16))
+    assert_same_bits(fma, torch.from_numpy(want_fma).to(torch.bfloat16), "tl.fma on bf16")
+    assert_same_bits(clamp, torch.minimum(torch.maximum(a, -b), b), "tl.clamp on bf16")
+    assert_same_bits(pad[:1000], a, "block-pointer load of bf16")
+    assert torch.isnan(pad[1000:]).all(), "padding_option='nan' on bf16"
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
