@@ -434,12 +434,18 @@ def autotuned_kernels(obj: Any) -> list[Any]:
     """The ``@triton.autotune`` kernels behind ``obj``: obj itself (through ``@triton.heuristics``
     layers), or, for a plain launcher function, the autotuned kernels it names (its globals and
     closure), in order of appearance."""
+    from triton.runtime.jit import KernelInterface
+
     seen: set[int] = set()
     found = list(_autotuners_in(obj, seen))
     fn = inspect.unwrap(obj) if callable(obj) else obj
     if isinstance(fn, types.FunctionType):
-        candidates = [fn.__globals__[n] for n in dict.fromkeys(_code_names(fn.__code__)) if n in fn.__globals__]
+        names = list(dict.fromkeys(_code_names(fn.__code__)))
+        candidates = [fn.__globals__[n] for n in names if n in fn.__globals__]
         candidates += [c.cell_contents for c in fn.__closure__ or () if c.cell_contents is not None]
+        # `module.kernel[grid](...)`: the kernel is an attribute of a module the launcher names
+        candidates += [getattr(m, n) for m in list(candidates) if isinstance(m, types.ModuleType)
+                       for n in names if isinstance(getattr(m, n, None), KernelInterface)]
         for c in candidates:
             found.extend(_autotuners_in(c, seen))
     return found
@@ -509,6 +515,8 @@ def tunings(launcher: Any) -> list[Tuning]:
     """Every combination of configs of the autotuned kernels behind ``launcher`` (empty when it
     has none): run the launcher once inside each ``with tuning():`` to check every config."""
     tuners = autotuned_kernels(launcher)
+    if not tuners:
+        return []
     return [Tuning(tuple(zip(tuners, combo))) for combo in itertools.product(*(t.configs for t in tuners))]
 
 

@@ -7,6 +7,8 @@ fixes (`unpatched`) need the interpreter.
 """
 from __future__ import annotations
 
+import types
+
 import numpy as np
 import pytest
 import torch
@@ -18,6 +20,9 @@ from flashcheck.oracles.compare import compare_softmax
 from flashcheck.oracles.formats import format_of, round_float64, to_float64
 
 needs_interpreter = pytest.mark.skipif(not INTERPRET, reason="compares against Triton's own interpreter")
+# One program covers a whole test vector in the interpreter (NumPy is vectorised over the block);
+# a GPU takes ordinary blocks.
+BLOCK = 1 << 16 if INTERPRET else 1024
 ALL16 = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32).to(torch.int16)  # every 16-bit pattern
 
 
@@ -114,8 +119,7 @@ def naive_softmax(x: torch.Tensor) -> torch.Tensor:
 def convert(x: torch.Tensor, dtype: torch.dtype, *, explicit: bool = True, rtz: bool = False) -> torch.Tensor:
     x = x.to(DEVICE)
     y = torch.empty(x.shape, dtype=dtype, device=DEVICE)
-    block = 1 << 16
-    _convert_kernel[(triton.cdiv(x.numel(), block),)](x, y, x.numel(), EXPLICIT=explicit, RTZ=rtz, BLOCK=block)
+    _convert_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, y, x.numel(), EXPLICIT=explicit, RTZ=rtz, BLOCK=BLOCK)
     return y.cpu()
 
 
@@ -224,7 +228,7 @@ def test_f16_conversions_exact() -> None:
 def test_bitcast_untouched() -> None:
     x = ALL16.view(torch.bfloat16).to(DEVICE)
     y = torch.empty(x.shape, dtype=torch.int16, device=DEVICE)
-    _bitcast_kernel[(1,)](x, y, x.numel(), BLOCK=1 << 16)
+    _bitcast_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, y, x.numel(), BLOCK=BLOCK)
     assert torch.equal(y.cpu(), ALL16)
 
 
@@ -242,7 +246,7 @@ def _bf16_pairs() -> tuple[torch.Tensor, torch.Tensor]:
 def test_bf16_arithmetic_correctly_rounded() -> None:
     a, b = _bf16_pairs()
     outs = [torch.empty_like(a, device=DEVICE) for _ in range(4)] + [torch.empty(a.shape, dtype=torch.int8, device=DEVICE)]
-    _binary_kernel[(1,)](a.to(DEVICE), b.to(DEVICE), *outs, a.numel(), BLOCK=a.numel())
+    _binary_kernel[(triton.cdiv(a.numel(), BLOCK),)](a.to(DEVICE), b.to(DEVICE), *outs, a.numel(), BLOCK=BLOCK)
     add, mul, sub, mx, lt = (o.cpu() for o in outs)
     # torch's CPU bf16 ops compute in fp32 and round once: correctly rounded for + - *
     assert_same_bits(add, a + b, "bf16 a + b")
@@ -428,3 +432,24 @@ def test_skip_helper_names_the_bug() -> None:
     if INTERPRET:
         with pytest.raises(pytest.skip.Exception, match="interpreter bug, not the kernel's"):
             fi.skip_if_interpreter_bug("fp8")
+
+
+_kernels_module = types.ModuleType("kernels_module")
+_kernels_module.softmax_kernel = _tuned_softmax_kernel
+
+
+def test_autotuned_kernels_found_through_module_and_closure() -> None:
+    def through_module(x: torch.Tensor) -> None:
+        _kernels_module.softmax_kernel[(1,)](x, x, x, 1)
+
+    def make_closure():
+        kernel = _tuned_softmax_kernel
+
+        def launch(x: torch.Tensor) -> None:
+            kernel[(1,)](x, x, x, 1)
+        return launch
+
+    assert fi.autotuned_kernels(through_module) == [_tuned_softmax_kernel]
+    assert fi.autotuned_kernels(make_closure()) == [_tuned_softmax_kernel]
+    assert fi.autotuned_kernels(_tuned_softmax_kernel) == [_tuned_softmax_kernel]
+    assert fi.tunings(naive_softmax) == []
