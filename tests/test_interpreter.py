@@ -189,6 +189,16 @@ def test_f32_to_bf16_round_toward_zero() -> None:
     assert_quiet_nans(y, "fp32 -> bf16 rtz")
 
 
+def test_f32_to_f16_round_toward_zero() -> None:
+    x = f32_rounding_cases()
+    x = x[torch.isfinite(x)].numpy().astype(np.float64)
+    h = ALL16.view(torch.float16)
+    grid = np.unique(np.abs(h[torch.isfinite(h)].double().numpy()))  # every finite fp16 magnitude
+    want = np.copysign(grid[np.searchsorted(grid, np.abs(x), side="right") - 1], x)  # largest not above |x|
+    y = convert(torch.from_numpy(x).float(), torch.float16, rtz=True)
+    assert_same_bits(y, torch.from_numpy(want).to(torch.float16), "fp32 -> fp16 rtz")
+
+
 def test_f64_to_bf16_single_rounding() -> None:
     x32 = f32_rounding_cases().double()
     # a tie in fp32 that is not a tie in fp64: rounding through fp32 would round twice
