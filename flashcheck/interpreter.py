@@ -17,8 +17,9 @@ exact ones:
 * bf16 ``tl.dot``: operands widened exactly to fp32 (products of 8-bit significands are exact in
   fp32), accumulated in fp32.
 
-Bit casts (``.to(..., bitcast=True)``), loads and stores of raw bits are untouched. fp16 needs no
-patch: NumPy's float16 conversions round to nearest even with subnormals.
+Bit casts (``.to(..., bitcast=True)``), loads and stores of raw bits are untouched. fp16 needs
+little: NumPy's float16 conversions round to nearest even with subnormals; the patch only makes a
+narrowed signalling NaN quiet and adds ``fp_downcast_rounding="rtz"``.
 
 ``@triton.autotune`` kernels fail under the interpreter ("0 active drivers": the autotuner asks the
 GPU driver for a benchmarker). After :func:`install` they run with their first config, or with the
@@ -100,6 +101,15 @@ def _to_float(data: np.ndarray, ty: Any) -> np.ndarray:
     return bf16_bits_to_f32(data) if ty.name == "bf16" else data
 
 
+def _quiet_f16(values: np.ndarray) -> np.ndarray:
+    """NumPy keeps a signalling NaN signalling when it narrows to float16; the hardware quiets it."""
+    nan = np.isnan(values)
+    if not nan.any():
+        return values
+    bits = values.view(np.uint16)
+    return np.where(nan, bits | np.uint16(0x0200), bits).view(np.float16)
+
+
 def _round_toward_zero(x: np.ndarray, dst: Any, np_dtype: np.dtype) -> np.ndarray:
     """Exact float64 values -> ``dst`` rounded toward zero (bf16 as bits)."""
     if dst.name == "bf16":
@@ -109,7 +119,8 @@ def _round_toward_zero(x: np.ndarray, dst: Any, np_dtype: np.dtype) -> np.ndarra
     with np.errstate(over="ignore"):
         t = x.astype(np_dtype)
     away = np.abs(t.astype(np.float64)) > np.abs(x)
-    return np.where(away, np.nextafter(t, np_dtype.type(0)), t).astype(np_dtype)
+    t = np.where(away, np.nextafter(t, np_dtype.type(0)), t).astype(np_dtype)
+    return _quiet_f16(t) if np_dtype == np.float16 else t
 
 
 # --- the patch -----------------------------------------------------------------------------------
@@ -174,9 +185,9 @@ def _triton_version() -> str:
 
 def _fail(what: str) -> InterpreterPatchError:
     return InterpreterPatchError(
-        f"flashcheck's exact-bf16 interpreter patch does not fit triton {_triton_version()}: {what}. "
-        "bf16 results under TRITON_INTERPRET=1 would be inexact; use a Triton version flashcheck "
-        "supports (3.6) or run on a GPU.")
+        f"flashcheck's interpreter patch does not fit triton {_triton_version()}: {what}. Without it, "
+        "bf16 results under TRITON_INTERPRET=1 are inexact and autotuned kernels do not run; use a "
+        "Triton version flashcheck supports (3.6) or run on a GPU.")
 
 
 def _check_internals(interp: types.ModuleType) -> None:
@@ -203,7 +214,6 @@ def install() -> bool:
     or the patched interpreter fails its self-check."""
     global _installed
     if not interpreting():
-        _install_autotune(default_first=False)
         return False
     if _installed:
         return True
@@ -250,11 +260,7 @@ def _patch_builder(interp: types.ModuleType) -> None:
             return TH(convert(src.data, s, d), d)
         out = orig["cast_impl"](self, src, dst_type)
         if d == tl.float16 and s.name in ("fp32", "fp64"):
-            # NumPy keeps a signalling NaN signalling when it narrows to float16; the hardware quiets it
-            nan = np.isnan(out.data)
-            if nan.any():
-                out = TH(np.where(nan, out.data.view(np.uint16) | np.uint16(0x0200), out.data.view(np.uint16))
-                         .view(np.float16), d)
+            out = TH(_quiet_f16(out.data), d)
         return out
 
     def create_fp_to_fp(self, src, dst_type, rounding_mode):
@@ -381,7 +387,7 @@ def _self_check(interp: types.ModuleType) -> None:
 # --- autotuned kernels ---------------------------------------------------------------------------
 
 _FORCED: dict[int, Any] = {}  # id(Autotuner) -> the Config it must run with
-_autotune_patched: list[bool] = []  # [default_first] once patched
+_AUTOTUNE = {"patched": False, "first_by_default": False}
 
 
 def _install_autotune(*, default_first: bool) -> None:
@@ -389,8 +395,8 @@ def _install_autotune(*, default_first: bool) -> None:
     first config runs (benchmarking needs a GPU driver, and timings mean nothing there)."""
     from triton.runtime.autotuner import Autotuner
 
-    if _autotune_patched:
-        _autotune_patched[0] = default_first
+    _AUTOTUNE["first_by_default"] = _AUTOTUNE["first_by_default"] or default_first
+    if _AUTOTUNE["patched"]:
         return
     if list(inspect.signature(Autotuner.run).parameters) != ["self", "args", "kwargs"] \
             or "configs" not in inspect.signature(Autotuner.__init__).parameters:
@@ -399,7 +405,7 @@ def _install_autotune(*, default_first: bool) -> None:
 
     def run(self, *args, **kwargs):
         config = _FORCED.get(id(self))
-        if config is None and not (_autotune_patched[0] and len(self.configs) > 1):
+        if config is None and not (_AUTOTUNE["first_by_default"] and len(self.configs) > 1):
             return orig_run(self, *args, **kwargs)
         saved = self.configs
         self.configs = [config if config is not None else saved[0]]
@@ -409,7 +415,7 @@ def _install_autotune(*, default_first: bool) -> None:
             self.configs = saved
 
     Autotuner.run = run
-    _autotune_patched.append(default_first)
+    _AUTOTUNE["patched"] = True
 
 
 def _autotuners_in(obj: Any, seen: set[int]) -> Iterator[Any]:
@@ -434,12 +440,18 @@ def autotuned_kernels(obj: Any) -> list[Any]:
     """The ``@triton.autotune`` kernels behind ``obj``: obj itself (through ``@triton.heuristics``
     layers), or, for a plain launcher function, the autotuned kernels it names (its globals and
     closure), in order of appearance."""
+    from triton.runtime.jit import KernelInterface
+
     seen: set[int] = set()
     found = list(_autotuners_in(obj, seen))
     fn = inspect.unwrap(obj) if callable(obj) else obj
     if isinstance(fn, types.FunctionType):
-        candidates = [fn.__globals__[n] for n in dict.fromkeys(_code_names(fn.__code__)) if n in fn.__globals__]
+        names = list(dict.fromkeys(_code_names(fn.__code__)))
+        candidates = [fn.__globals__[n] for n in names if n in fn.__globals__]
         candidates += [c.cell_contents for c in fn.__closure__ or () if c.cell_contents is not None]
+        # `module.kernel[grid](...)`: the kernel is an attribute of a module the launcher names
+        candidates += [getattr(m, n) for m in list(candidates) if isinstance(m, types.ModuleType)
+                       for n in names if isinstance(getattr(m, n, None), KernelInterface)]
         for c in candidates:
             found.extend(_autotuners_in(c, seen))
     return found
@@ -509,6 +521,8 @@ def tunings(launcher: Any) -> list[Tuning]:
     """Every combination of configs of the autotuned kernels behind ``launcher`` (empty when it
     has none): run the launcher once inside each ``with tuning():`` to check every config."""
     tuners = autotuned_kernels(launcher)
+    if not tuners:
+        return []
     return [Tuning(tuple(zip(tuners, combo))) for combo in itertools.product(*(t.configs for t in tuners))]
 
 

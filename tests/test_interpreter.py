@@ -7,6 +7,8 @@ fixes (`unpatched`) need the interpreter.
 """
 from __future__ import annotations
 
+import types
+
 import numpy as np
 import pytest
 import torch
@@ -18,6 +20,9 @@ from flashcheck.oracles.compare import compare_softmax
 from flashcheck.oracles.formats import format_of, round_float64, to_float64
 
 needs_interpreter = pytest.mark.skipif(not INTERPRET, reason="compares against Triton's own interpreter")
+# One program covers a whole test vector in the interpreter (NumPy is vectorised over the block);
+# a GPU takes ordinary blocks.
+BLOCK = 1 << 16 if INTERPRET else 1024
 ALL16 = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32).to(torch.int16)  # every 16-bit pattern
 
 
@@ -67,6 +72,22 @@ def _row_max_kernel(x_ptr, max_ptr, arg_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _misc_kernel(a_ptr, b_ptr, i_ptr, const_ptr, int_ptr, where_ptr, fma_ptr, clamp_ptr, pad_ptr, n,
+                 BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    a = tl.load(a_ptr + offs, mask=mask)
+    b = tl.load(b_ptr + offs, mask=mask)
+    tl.store(const_ptr + offs, tl.full([BLOCK], 1.00390625, tl.bfloat16) + tl.zeros([BLOCK], tl.bfloat16), mask=mask)
+    tl.store(int_ptr + offs, tl.load(i_ptr + offs, mask=mask).to(tl.bfloat16), mask=mask)
+    tl.store(where_ptr + offs, tl.where(a < b, a, -3.0e38), mask=mask)
+    tl.store(fma_ptr + offs, tl.fma(a, b, a), mask=mask)
+    tl.store(clamp_ptr + offs, tl.clamp(a, -b, b), mask=mask)
+    block = tl.make_block_ptr(a_ptr, shape=(n,), strides=(1,), offsets=(0,), block_shape=(BLOCK,), order=(0,))
+    tl.store(pad_ptr + offs, tl.load(block, boundary_check=(0,), padding_option="nan"))
+
+
+@triton.jit
 def _dot_kernel(a_ptr, b_ptr, c_ptr, M: tl.constexpr, K: tl.constexpr, N: tl.constexpr):
     m = tl.arange(0, M)
     k = tl.arange(0, K)
@@ -98,8 +119,7 @@ def naive_softmax(x: torch.Tensor) -> torch.Tensor:
 def convert(x: torch.Tensor, dtype: torch.dtype, *, explicit: bool = True, rtz: bool = False) -> torch.Tensor:
     x = x.to(DEVICE)
     y = torch.empty(x.shape, dtype=dtype, device=DEVICE)
-    block = 1 << 16
-    _convert_kernel[(triton.cdiv(x.numel(), block),)](x, y, x.numel(), EXPLICIT=explicit, RTZ=rtz, BLOCK=block)
+    _convert_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, y, x.numel(), EXPLICIT=explicit, RTZ=rtz, BLOCK=BLOCK)
     return y.cpu()
 
 
@@ -169,6 +189,16 @@ def test_f32_to_bf16_round_toward_zero() -> None:
     assert_quiet_nans(y, "fp32 -> bf16 rtz")
 
 
+def test_f32_to_f16_round_toward_zero() -> None:
+    x = f32_rounding_cases()
+    x = x[torch.isfinite(x)].numpy().astype(np.float64)
+    h = ALL16.view(torch.float16)
+    grid = np.unique(np.abs(h[torch.isfinite(h)].double().numpy()))  # every finite fp16 magnitude
+    want = np.copysign(grid[np.searchsorted(grid, np.abs(x), side="right") - 1], x)  # largest not above |x|
+    y = convert(torch.from_numpy(x).float(), torch.float16, rtz=True)
+    assert_same_bits(y, torch.from_numpy(want).to(torch.float16), "fp32 -> fp16 rtz")
+
+
 def test_f64_to_bf16_single_rounding() -> None:
     x32 = f32_rounding_cases().double()
     # a tie in fp32 that is not a tie in fp64: rounding through fp32 would round twice
@@ -208,7 +238,7 @@ def test_f16_conversions_exact() -> None:
 def test_bitcast_untouched() -> None:
     x = ALL16.view(torch.bfloat16).to(DEVICE)
     y = torch.empty(x.shape, dtype=torch.int16, device=DEVICE)
-    _bitcast_kernel[(1,)](x, y, x.numel(), BLOCK=1 << 16)
+    _bitcast_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, y, x.numel(), BLOCK=BLOCK)
     assert torch.equal(y.cpu(), ALL16)
 
 
@@ -226,7 +256,7 @@ def _bf16_pairs() -> tuple[torch.Tensor, torch.Tensor]:
 def test_bf16_arithmetic_correctly_rounded() -> None:
     a, b = _bf16_pairs()
     outs = [torch.empty_like(a, device=DEVICE) for _ in range(4)] + [torch.empty(a.shape, dtype=torch.int8, device=DEVICE)]
-    _binary_kernel[(1,)](a.to(DEVICE), b.to(DEVICE), *outs, a.numel(), BLOCK=a.numel())
+    _binary_kernel[(triton.cdiv(a.numel(), BLOCK),)](a.to(DEVICE), b.to(DEVICE), *outs, a.numel(), BLOCK=BLOCK)
     add, mul, sub, mx, lt = (o.cpu() for o in outs)
     # torch's CPU bf16 ops compute in fp32 and round once: correctly rounded for + - *
     assert_same_bits(add, a + b, "bf16 a + b")
@@ -245,6 +275,24 @@ def test_bf16_max_argmax() -> None:
     _row_max_kernel[(64,)](x.to(DEVICE), mx, arg, 100, BLOCK=128)
     assert_same_bits(mx.cpu(), x.max(dim=1).values, "tl.max on bf16")
     assert torch.equal(x.gather(1, arg.cpu().long().unsqueeze(1)).squeeze(1), x.max(dim=1).values)
+
+
+def test_bf16_constants_ints_where_fma_clamp_padding() -> None:
+    a, b = (t[:1000] for t in _bf16_pairs())
+    b = b.abs()
+    ints = torch.tensor([257, 259, -(2**24) - 3, 2**31 - 1, 0, -1] * 10, dtype=torch.int32)
+    n = ints.numel()
+    outs = [torch.empty(1000 if i < 5 else 1024, dtype=torch.bfloat16, device=DEVICE) for i in range(6)]
+    _misc_kernel[(1,)](a.to(DEVICE), b.to(DEVICE), ints.to(DEVICE), *outs, 1000, BLOCK=1024)
+    const, as_bf16, where, fma, clamp, pad = (o.cpu() for o in outs)
+    assert (const.view(torch.int16) == 0x3F80).all(), "1 + 2**-8 is a tie: to even, 1.0"
+    assert_same_bits(as_bf16[:n], ints.double().to(torch.bfloat16), "int32 -> bf16")  # exact in fp64
+    assert_same_bits(where, torch.where(a < b, a, torch.tensor(-3.0e38).to(torch.bfloat16)), "tl.where on bf16")
+    want_fma = round_float64(a.double().numpy() * b.double().numpy() + a.double().numpy(), format_of(torch.bfloat16))
+    assert_same_bits(fma, torch.from_numpy(want_fma).to(torch.bfloat16), "tl.fma on bf16")
+    assert_same_bits(clamp, torch.minimum(torch.maximum(a, -b), b), "tl.clamp on bf16")
+    assert_same_bits(pad[:1000], a, "block-pointer load of bf16")
+    assert torch.isnan(pad[1000:]).all(), "padding_option='nan' on bf16"
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -394,3 +442,24 @@ def test_skip_helper_names_the_bug() -> None:
     if INTERPRET:
         with pytest.raises(pytest.skip.Exception, match="interpreter bug, not the kernel's"):
             fi.skip_if_interpreter_bug("fp8")
+
+
+_kernels_module = types.ModuleType("kernels_module")
+_kernels_module.softmax_kernel = _tuned_softmax_kernel
+
+
+def test_autotuned_kernels_found_through_module_and_closure() -> None:
+    def through_module(x: torch.Tensor) -> None:
+        _kernels_module.softmax_kernel[(1,)](x, x, x, 1)
+
+    def make_closure():
+        kernel = _tuned_softmax_kernel
+
+        def launch(x: torch.Tensor) -> None:
+            kernel[(1,)](x, x, x, 1)
+        return launch
+
+    assert fi.autotuned_kernels(through_module) == [_tuned_softmax_kernel]
+    assert fi.autotuned_kernels(make_closure()) == [_tuned_softmax_kernel]
+    assert fi.autotuned_kernels(_tuned_softmax_kernel) == [_tuned_softmax_kernel]
+    assert fi.tunings(naive_softmax) == []
