@@ -220,6 +220,33 @@ def _import_module(dotted: str) -> Any:
         raise KernelLoadError(f"kernel module {dotted!r}: importing it raised {type(e).__name__}: {e}") from None
 
 
+#: The keyword an autotuned launcher's wrapper takes to run one forced config (a tuning's label).
+TUNING_KWARG = "flashcheck_autotune_config"
+
+
+def _with_autotune_tunings(fn: Callable) -> tuple[Callable, tuple[dict[str, Any], ...]]:
+    """A launcher whose kernels are `@triton.autotune`d: every config becomes a tuning (each must
+    meet the bound), run by forcing it; the plain call runs the autotuner's own choice."""
+    from flashcheck import interpreter
+
+    found = interpreter.tunings(fn)
+    if not found:
+        return fn, ()
+    by_label = {t.label: t for t in found}
+
+    def launcher(*args: Any, **kw: Any) -> Any:
+        label = kw.pop(TUNING_KWARG, None)
+        if label is None:
+            return fn(*args, **kw)
+        with by_label[label]():
+            return fn(*args, **kw)
+
+    launcher.__name__ = getattr(fn, "__name__", "launcher")
+    launcher.__doc__ = fn.__doc__
+    launcher.__wrapped__ = fn  # type: ignore[attr-defined]
+    return launcher, tuple({TUNING_KWARG: label} for label in by_label)
+
+
 def load_kernel(target: str, family: str | None = None, *, overrides: Mapping[str, Any] | None = None) -> KernelSpec:
     """The KernelSpec for `target` (FILE.py:FN, package.module:FN or a registered name).
 
@@ -261,5 +288,8 @@ def load_kernel(target: str, family: str | None = None, *, overrides: Mapping[st
     kwargs = apply_capabilities(kwargs, overrides or {}, family, "command line")
     stem = Path(where).stem if is_file else where.rsplit(".", 1)[-1]
     kwargs["extra"] = {**kwargs.get("extra", {}), "target": target}
+    obj, autotuned = _with_autotune_tunings(obj)
+    if autotuned:
+        kwargs["tunings"] = tuple(kwargs.get("tunings", ())) + autotuned
     return KernelSpec(name=f"{stem}.{attr}", family=family, fn=obj, external=True,
                       description=f"external kernel {target}", **kwargs)
