@@ -557,7 +557,8 @@ def _attention_probe_inputs() -> Iterator[tuple[str, dict[str, Any]]]:
 _PUBLIC = {"softmax": ("softmax_row", "softmax_online", "softmax_split"), "attention": ("attention",)}
 
 
-def _same_bits(a: Any, b: Any) -> bool:
+def same_bits(a: Any, b: Any) -> bool:
+    """Same shape, dtype and bits (any NaN equals any NaN)."""
     import torch
 
     if a.shape != b.shape or a.dtype != b.dtype:
@@ -591,7 +592,7 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
                 return {"identical": False, "probes": count, "witness": f"{f} on {label}: raised {type(exc).__name__}: {exc}"}
             want = getattr(original, f)(**kwargs)
             count += 1
-            if not _same_bits(got, want):
+            if not same_bits(got, want):
                 return {"identical": False, "probes": count, "witness": f"{f} on {label}: different bits"}
     return {"identical": True, "probes": count}
 
