@@ -19,7 +19,7 @@ from flashcheck.oracles.bounds import softmax_sum_bound
 from flashcheck.oracles.compare import Comparison, compare_softmax
 from flashcheck.oracles.formats import Format, format_of, to_float64
 from flashcheck.strategies.softmax import CLASSES
-from flashcheck.harness import Case, check, prop, storage_snapshot
+from flashcheck.harness import Case, check, margin, prop, storage_snapshot
 
 FAMILY = "softmax"
 # Longest rows drawn: the interpreter runs kernels in NumPy, the GPU in microseconds.
@@ -137,6 +137,13 @@ def matches_oracle(spec: KernelSpec, case: Case) -> None:
     bad = c.violations
     if bad.any():
         raise AssertionError(describe(spec, case, o, bad, "exceed the error bound", c.dist, c.bound))
+
+
+@margin(FAMILY, "matches_oracle")
+def oracle_margin(spec: KernelSpec, case: Case) -> float:
+    """The worst err/bound of the case (hypothesis.target climbs it); the comparison is cached."""
+    r = outcome(spec, case).cmp.bound_ratio()
+    return float(np.max(r)) if r.size else 0.0
 
 
 @prop(FAMILY, "sums_to_one")
