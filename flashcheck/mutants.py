@@ -619,6 +619,18 @@ def suite_args(m: Mutant, target: Target | None = None) -> list[str]:
             "-p", "flashcheck.mutants"]
 
 
+def classify(rc: int, timed_out: bool, failed: bool, probe_result: dict[str, Any] | None) -> str:
+    if timed_out:
+        return "timed_out"
+    if failed and rc != 0:  # a test failed (the process may have died afterwards, e.g. a heap
+        return "killed"     # corrupted by an out-of-bounds store: the failure was already recorded)
+    if rc == 0:
+        return "equivalent_candidate" if probe_result and probe_result.get("identical") else "survived"
+    if rc < 0:  # the test process died of a signal (an out-of-bounds access) before any failure
+        return "crashed"
+    return "error"  # pytest's own codes (collection, usage, internal): the engine failed, not the mutant
+
+
 def run_mutant(m: Mutant, *, timeout: float) -> dict[str, Any]:
     from flashcheck.reports.kill_matrix import run_pytest
 
@@ -634,16 +646,7 @@ def run_mutant(m: Mutant, *, timeout: float) -> dict[str, Any]:
     first = data.get("first") or {}
     failed = data.get("tests_failed") or []
     pr = json.loads(probe_out.read_text()) if probe_out.exists() else None
-    if r["timed_out"]:
-        status = "timed_out"
-    elif rc == 1 and failed:
-        status = "killed"
-    elif rc == 0:
-        status = "equivalent_candidate" if pr and pr.get("identical") else "survived"
-    elif rc < 0:  # the test process died of a signal (e.g. an out-of-bounds access): a loud failure
-        status = "crashed"
-    else:  # pytest's own error codes (collection, usage, internal): the engine failed, not the mutant
-        status = "error"
+    status = classify(rc, r["timed_out"], bool(failed), pr)
     for p in tmp.iterdir():
         p.unlink()
     tmp.rmdir()
@@ -661,6 +664,19 @@ def run_mutant(m: Mutant, *, timeout: float) -> dict[str, Any]:
 
 def load_store(path: Path) -> dict[str, dict[str, Any]]:
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _runs_file(store: Path) -> Path:
+    return store.with_name(store.stem + "_runs.json")
+
+
+def log_run(store: Path, command: str, selected: int, ran: int, wall: float) -> None:
+    """What ran, for the report: every invocation's command line, counts and wall time."""
+    path = _runs_file(store)
+    runs = json.loads(path.read_text()) if path.exists() else []
+    runs.append({"command": command, "selected": selected, "ran": ran, "wall_seconds": round(wall),
+                 "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="minutes")})
+    path.write_text(json.dumps(runs, indent=1))
 
 
 def run(mutants: list[Mutant], *, jobs: int, timeout: float, store: Path, resume: bool,
@@ -686,7 +702,9 @@ def run(mutants: list[Mutant], *, jobs: int, timeout: float, store: Path, resume
 
 # ---- the report ------------------------------------------------------------------------------------------
 
-DETECTED = ("killed", "timed_out", "crashed")
+# A timeout is not counted as a kill: on a shared CPU it may be load, not a mutant that hangs.
+DETECTED = ("killed", "crashed")
+UNDECIDED = ("timed_out",)
 
 
 def _git(*args: str) -> str:
@@ -697,18 +715,41 @@ def _git(*args: str) -> str:
 
 
 def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triage: dict[str, str],
-                command: str) -> str:
-    rows = [(m, results[m.key]) for m in mutants if m.key in results]
+                runs: list[dict[str, Any]]) -> str:
+    rows = [(m, dict(results[m.key], status=classify(results[m.key]["returncode"],
+                                                     results[m.key]["status"] == "timed_out",
+                                                     bool(results[m.key]["caught_by_test"]),
+                                                     results[m.key]["probe"])))
+            for m in mutants if m.key in results]
+    errors = [m.id for m, r in rows if r["status"] == "error"]
+    rows = [(m, r) for m, r in rows if r["status"] != "error"]
     commit = _git("log", "-1", "--format=%h %cs", "--", "kernels/")
     out = ["# flashcheck mutation score", "",
            f"{_dt.date.today().isoformat()}; kernels at commit {commit} (`git log -1 -- kernels/`); Triton "
            "interpreter (CPU). Every `@triton.jit` function of `kernels/` mutated one node at a time "
            "(`flashcheck/mutants.py`); each mutant runs the ci suite of the kernels it changes with `-x`, "
-           "Hypothesis shrinking skipped. **Score** = detected / (mutants - equivalent): detected = killed "
-           "(a test failed) + timed out + crashed; equivalent = survivors argued equivalent below.", "",
-           f"Command: `{command}`", ""]
+           "Hypothesis shrinking skipped. **Score** = detected / (run - equivalent - timed out): detected = "
+           "killed (a test failed) + crashed (the test process died of a signal, e.g. an out-of-bounds "
+           "access, before a test could fail); equivalent = survivors argued equivalent below (triage); "
+           "timed out = undecided (on a shared CPU a timeout may be load, not a hanging mutant), listed "
+           "and left out of the score.", "",
+           "Runs (accumulated in the results store; `--resume` skips mutants already run):", "",
+           *[f"- `{r['command']}`: {r['ran']} of {r['selected']} selected mutants run, {r['wall_seconds']} s wall "
+             f"({r['date']})" for r in runs], ""]
+    if errors:
+        out += [f"Engine errors (pytest could not run; not counted, to be re-run): {', '.join(errors)}", ""]
     gen_total = len(mutants)
-    out += [f"Mutants generated: {gen_total}; run: {len(rows)}.", ""]
+    gpu = [m for m in mutants if m.operator in GPU_ONLY_OPERATORS and m.key not in results]
+    per_mod: dict[str, list[int]] = {}
+    for m in mutants:
+        c = per_mod.setdefault(f"{m.module}.{m.function}", [0, 0])
+        c[0] += 1
+        c[1] += m.key in results
+    out += [f"Mutants generated: {gen_total}; run: {len(rows)}; GPU-only, not run under the interpreter: "
+            f"{len(gpu)} ({', '.join(GPU_ONLY_OPERATORS)}: int32 offsets only overflow past 2^31 elements; "
+            "tests/test_softmax_gpu.py is where they can die).", "",
+            "Generated / run per function: " + "; ".join(f"{k} {v[1]}/{v[0]}" for k, v in sorted(per_mod.items())) + ".",
+            ""]
     out += ["## Score per kernel", "",
             "| kernel (jit function) | run | killed | timed out | crashed | survived | equivalent | score | wall s (mean) |",
             "|---|---|---|---|---|---|---|---|---|"]
@@ -723,8 +764,8 @@ def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triag
         eq = sum(r["status"] in ("survived", "equivalent_candidate") and triage.get(r["id"], "").startswith("equivalent")
                  for r in rs)
         surv = c["survived"] + c["equivalent_candidate"] - eq
-        det = c["killed"] + c["timed_out"] + c["crashed"]
-        denom = len(rs) - eq
+        det = c["killed"] + c["crashed"]
+        denom = len(rs) - eq - c["timed_out"]
         score = f"{100 * det / denom:.1f}% ({det}/{denom})" if denom else "-"
         wall = sum(r["wall_seconds"] for r in rs) / max(1, len(rs))
         for k, v in (("run", len(rs)), ("det", det), ("denom", denom), ("wall", wall * len(rs))):
@@ -755,9 +796,12 @@ def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triag
     for o in OPERATORS:
         rs = ops.get(o, [])
         out.append(f"| {o} | {len(rs)} | {sum(r['status'] in DETECTED for r in rs)} | "
-                   f"{sum(r['status'] not in DETECTED for r in rs)} |")
+                   f"{sum(r['status'] not in DETECTED + UNDECIDED for r in rs)} |")
     out += ["", "## Survivors", ""]
-    surv = [(m, r) for m, r in rows if r["status"] not in DETECTED]
+    surv = [(m, r) for m, r in rows if r["status"] not in DETECTED + UNDECIDED]
+    undecided = [m.id for m, r in rows if r["status"] in UNDECIDED]
+    if undecided:
+        out += [f"Timed out (undecided, not in the score): {', '.join(f'`{i}`' for i in undecided)}", ""]
     if not surv:
         out.append("None.")
     for m, r in surv:
@@ -841,12 +885,17 @@ def main(argv: list[str] | None = None) -> int:
     results = load_store(args.store)
     if not args.no_run:
         t0 = time.perf_counter()
+        todo = sum(not (args.resume and m.key in results) for m in chosen)
         results = run(chosen, jobs=args.jobs, timeout=args.timeout, store=args.store, resume=args.resume)
-        print(f"ran in {time.perf_counter() - t0:.0f}s wall")
+        wall = time.perf_counter() - t0
+        log_run(args.store, "python -m flashcheck.mutants " + " ".join(argv if argv is not None else sys.argv[1:]),
+                len(chosen), todo, wall)
+        print(f"ran in {wall:.0f}s wall")
     if args.report:
         triage = json.loads(TRIAGE_FILE.read_text()) if TRIAGE_FILE.exists() else {}
-        command = "python -m flashcheck.mutants " + " ".join(argv if argv is not None else sys.argv[1:])
-        args.report.write_text(to_markdown(every, results, triage, command))
+        runs_path = _runs_file(args.store)
+        runs = json.loads(runs_path.read_text()) if runs_path.exists() else []
+        args.report.write_text(to_markdown(every, results, triage, runs))
         print(f"wrote {args.report}")
     rs = [results[m.key] for m in chosen if m.key in results]
     return 1 if any(r["status"] == "survived" for r in rs) else 0
