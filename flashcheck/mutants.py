@@ -613,9 +613,13 @@ def _load_original_with_common(family: str):  # noqa: ANN202
 
 # ---- running ---------------------------------------------------------------------------------------------
 
-def suite_args(m: Mutant, target: Target | None = None) -> list[str]:
+FIRST_SPEC_ONLY = False  # --first-spec-only
+
+
+def suite_args(m: Mutant) -> list[str]:
     tests = next(t.tests for t in ALL_TARGETS if t.module == m.module and t.family == m.family)
-    return [*tests, f"--family={m.family}", "-k", " or ".join(m.specs), "-x", "--no-save-fixtures",
+    specs = m.specs[:1] if FIRST_SPEC_ONLY else m.specs
+    return [*tests, f"--family={m.family}", "-k", " or ".join(specs), "-x", "--no-save-fixtures",
             "-p", "flashcheck.mutants"]
 
 
@@ -631,7 +635,31 @@ def classify(rc: int, timed_out: bool, failed: bool, probe_result: dict[str, Any
     return "error"  # pytest's own codes (collection, usage, internal): the engine failed, not the mutant
 
 
-def run_mutant(m: Mutant, *, timeout: float) -> dict[str, Any]:
+def probe_main() -> None:
+    """`python -c "import flashcheck.mutants as M; M.probe_main()"` with FLASHCHECK_MUTANT set: the
+    probe alone (the import installed the mutant)."""
+    if _ACTIVE is None:
+        raise SystemExit(f"{MUTANT_ENV} is not set")
+    Path(_ACTIVE["probe_out"]).write_text(json.dumps(probe(_ACTIVE)))
+
+
+def _probe_first(spec_file: Path, probe_out: Path, timeout: float) -> dict[str, Any] | None:
+    from flashcheck.reports.kill_matrix import _clean_env
+
+    env = _clean_env()
+    env[MUTANT_ENV] = str(spec_file)
+    try:
+        subprocess.run([sys.executable, "-c", "import flashcheck.mutants as M; M.probe_main()"], cwd=HOME, env=env,
+                       capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    return json.loads(probe_out.read_text()) if probe_out.exists() else None
+
+
+def run_mutant(m: Mutant, *, timeout: float, probe_first: bool = False) -> dict[str, Any]:
+    """Run the suite against one mutant. probe_first: run the bit-equivalence probe before the suite
+    and skip the suite when the mutant is bit-identical on every probe (status
+    equivalent_candidate, `suite_skipped`): on a loaded CPU a survivor costs the whole suite."""
     from flashcheck.reports.kill_matrix import run_pytest
 
     tmp = Path(tempfile.mkdtemp(prefix="mutant-"))
@@ -641,7 +669,14 @@ def run_mutant(m: Mutant, *, timeout: float) -> dict[str, Any]:
     probe_out = tmp / "probe.json"
     spec_file.write_text(json.dumps({"module": m.module, "family": m.family, "path": str(path),
                                      "specs": list(m.specs), "probe_out": str(probe_out)}))
-    r = run_pytest(suite_args(m), env_extra={MUTANT_ENV: str(spec_file)}, shrink=False, timeout=timeout)
+    early = _probe_first(spec_file, probe_out, timeout) if probe_first else None
+    if early and early.get("identical"):
+        r = {"returncode": 0, "timed_out": False, "wall_seconds": 0.0, "tail": "suite skipped: bit-identical on the probes",
+             "data": {}}
+    else:
+        if probe_out.exists():
+            probe_out.unlink()
+        r = run_pytest(suite_args(m), env_extra={MUTANT_ENV: str(spec_file)}, shrink=False, timeout=timeout)
     data, rc = r["data"], r["returncode"]
     first = data.get("first") or {}
     failed = data.get("tests_failed") or []
@@ -653,11 +688,12 @@ def run_mutant(m: Mutant, *, timeout: float) -> dict[str, Any]:
     return {
         "id": m.id, "key": m.key, "module": m.module, "family": m.family, "function": m.function,
         "operator": m.operator, "line": m.line, "description": m.description, "specs": list(m.specs),
+        "specs_run": list(m.specs[:1] if FIRST_SPEC_ONLY else m.specs),
         "status": status, "returncode": rc, "wall_seconds": r["wall_seconds"],
         "caught_by_test": failed[0]["nodeid"] if failed else None,
         "caught_by_property": first.get("property"), "exception": first.get("exception"),
         "message": (first.get("message") or (failed[0]["summary"] if failed else ""))[:600],
-        "tests_passed": data.get("tests_passed"), "probe": pr,
+        "tests_passed": data.get("tests_passed"), "probe": pr, "suite_skipped": bool(early and early.get("identical")),
         "output_tail": None if status == "killed" else r["tail"][-1500:],
     }
 
@@ -679,14 +715,14 @@ def log_run(store: Path, command: str, selected: int, ran: int, wall: float) -> 
     path.write_text(json.dumps(runs, indent=1))
 
 
-def run(mutants: list[Mutant], *, jobs: int, timeout: float, store: Path, resume: bool,
+def run(mutants: list[Mutant], *, jobs: int, timeout: float, store: Path, resume: bool, probe_first: bool = False,
         log: Callable[[str], None] = print) -> dict[str, dict[str, Any]]:
     results = load_store(store)
     todo = [m for m in mutants if not (resume and m.key in results)]
     log(f"{len(mutants)} mutants selected, {len(mutants) - len(todo)} already in {store}, running {len(todo)}")
 
     def one(m: Mutant) -> None:
-        r = run_mutant(m, timeout=timeout)
+        r = run_mutant(m, timeout=timeout, probe_first=probe_first)
         results[m.key] = r
         store.parent.mkdir(parents=True, exist_ok=True)
         tmp = store.with_suffix(".tmp")
@@ -808,8 +844,11 @@ def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triag
         pr = r.get("probe") or {}
         probe_txt = ("bit-identical to the original on all {} probe calls".format(pr.get("probes"))
                      if pr.get("identical") else f"differs from the original: {pr.get('witness') or pr.get('error')}")
-        out += [f"### `{m.id}` ({r['status']})", "", f"{m.description}. Specs run: {', '.join(m.specs)}; "
-                f"{r['tests_passed']} tests passed in {r['wall_seconds']:.0f}s. Probe: {probe_txt}.", "",
+        ran = ("suite not run (bit-identical on the probes, `--probe-first`)" if r.get("suite_skipped") else
+               f"specs run: {', '.join(r.get('specs_run') or m.specs)}; {r['tests_passed']} tests passed in "
+               f"{r['wall_seconds']:.0f}s")
+        out += [f"### `{m.id}` ({r['status']})", "", f"{m.description}. Changes {', '.join(m.specs)}; {ran}. "
+                f"Probe: {probe_txt}.", "",
                 "```diff", m.diff().rstrip(), "```", "",
                 f"**Triage**: {triage.get(m.id, 'NOT TRIAGED')}", ""]
     out += ["## Killed mutants", "", "| mutant | change | caught by (test) | property | s |", "|---|---|---|---|---|"]
@@ -860,12 +899,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=600, help="seconds per mutant (default 600)")
     p.add_argument("--store", type=Path, default=DEFAULT_STORE, help="JSON results, accumulated over runs")
     p.add_argument("--resume", action="store_true", help="skip mutants already in the store")
+    p.add_argument("--probe-first", action="store_true",
+                   help="probe before the suite; skip the suite for mutants bit-identical on every probe")
+    p.add_argument("--first-spec-only", action="store_true",
+                   help="a shared helper's mutant runs only its first kernel's tests (faster; says so in the report)")
     p.add_argument("--list", action="store_true", help="list the selected mutants and exit")
     p.add_argument("--diff", metavar="ID", help="print one mutant's diff and exit")
     p.add_argument("--report", type=Path, nargs="?", const=DEFAULT_REPORT, default=None,
                    help=f"write the markdown report (default {DEFAULT_REPORT.relative_to(HOME)}) from the store")
     p.add_argument("--no-run", action="store_true", help="only write the report from the store")
     args = p.parse_args(argv)
+    global FIRST_SPEC_ONLY
+    FIRST_SPEC_ONLY = args.first_spec_only
     every = all_mutants(modules=args.module)
     chosen = select(every, functions=args.function, operators=args.operator, sample=args.sample, seed=args.seed,
                     gpu_only=args.gpu_only_operators or not _interpreter())
@@ -886,7 +931,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_run:
         t0 = time.perf_counter()
         todo = sum(not (args.resume and m.key in results) for m in chosen)
-        results = run(chosen, jobs=args.jobs, timeout=args.timeout, store=args.store, resume=args.resume)
+        results = run(chosen, jobs=args.jobs, timeout=args.timeout, store=args.store, resume=args.resume,
+                      probe_first=args.probe_first)
         wall = time.perf_counter() - t0
         log_run(args.store, "python -m flashcheck.mutants " + " ".join(argv if argv is not None else sys.argv[1:]),
                 len(chosen), todo, wall)

@@ -150,7 +150,18 @@ def very_negative_rows(draw, *, fmt: Format, max_n: int, max_m: int = 4, strided
     top = draw(st.sampled_from([-1.2e4, -5.1e4] if fmt == FP16 else [-1.01e5, -1.0e7]))
     floor = -fmt.max_finite if draw(st.booleans()) else max(top * 10, -fmt.max_finite)
     v = top + (floor - top) * rng.random((m, n)) ** draw(st.sampled_from([1.0, 8.0]))
-    return _finish(draw, v, fmt, "very_negative", strided)
+    # A row masked entirely with a finite sentinel (HF's -1e4, -1e9, the dtype's min): the softmax
+    # is uniform, and a kernel comparing against such a value as if it were -inf gets it wrong.
+    sentinel = draw(st.one_of(st.none(), st.sampled_from(_sentinels(fmt))))
+    if sentinel is not None:
+        v[draw(st.integers(0, m - 1))] = sentinel
+    return _finish(draw, v, fmt, "very_negative" + ("/sentinel_row" if sentinel is not None else ""), strided)
+
+
+def _sentinels(fmt: Format) -> list[float]:
+    """Finite stand-ins for -inf that real masking code writes: -1e4 (BERT-style additive masks),
+    -1e9, and the dtype's most negative value (masked_fill with finfo.min)."""
+    return [v for v in (-1.0e4, -1.0e9, -fmt.max_finite) if v >= -fmt.max_finite]
 
 
 INF_RUN_KINDS = ("prefix", "suffix", "interior", "aligned_blocks", "first_block", "lead_block_low")
