@@ -614,11 +614,18 @@ def _load_original_with_common(family: str):  # noqa: ANN202
 # ---- running ---------------------------------------------------------------------------------------------
 
 FIRST_SPEC_ONLY = False  # --first-spec-only
+ONLY_SPECS: tuple[str, ...] = ()  # --spec
+
+
+def _specs_run(m: Mutant) -> tuple[str, ...]:
+    if ONLY_SPECS:
+        return tuple(s for s in m.specs if s in ONLY_SPECS) or m.specs
+    return m.specs[:1] if FIRST_SPEC_ONLY else m.specs
 
 
 def suite_args(m: Mutant) -> list[str]:
     tests = next(t.tests for t in ALL_TARGETS if t.module == m.module and t.family == m.family)
-    specs = m.specs[:1] if FIRST_SPEC_ONLY else m.specs
+    specs = _specs_run(m)
     return [*tests, f"--family={m.family}", "-k", " or ".join(specs), "-x", "--no-save-fixtures",
             "-p", "flashcheck.mutants"]
 
@@ -688,7 +695,7 @@ def run_mutant(m: Mutant, *, timeout: float, probe_first: bool = False) -> dict[
     return {
         "id": m.id, "key": m.key, "module": m.module, "family": m.family, "function": m.function,
         "operator": m.operator, "line": m.line, "description": m.description, "specs": list(m.specs),
-        "specs_run": list(m.specs[:1] if FIRST_SPEC_ONLY else m.specs),
+        "specs_run": list(_specs_run(m)),
         "status": status, "returncode": rc, "wall_seconds": r["wall_seconds"],
         "caught_by_test": failed[0]["nodeid"] if failed else None,
         "caught_by_property": first.get("property"), "exception": first.get("exception"),
@@ -901,6 +908,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", action="store_true", help="skip mutants already in the store")
     p.add_argument("--probe-first", action="store_true",
                    help="probe before the suite; skip the suite for mutants bit-identical on every probe")
+    p.add_argument("--spec", action="append", help="run only this kernel's tests (repeatable; of the kernels "
+                   "a mutant changes)")
+    p.add_argument("--id", action="append", help="only this mutant (repeatable)")
     p.add_argument("--first-spec-only", action="store_true",
                    help="a shared helper's mutant runs only its first kernel's tests (faster; says so in the report)")
     p.add_argument("--list", action="store_true", help="list the selected mutants and exit")
@@ -909,10 +919,16 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"write the markdown report (default {DEFAULT_REPORT.relative_to(HOME)}) from the store")
     p.add_argument("--no-run", action="store_true", help="only write the report from the store")
     args = p.parse_args(argv)
-    global FIRST_SPEC_ONLY
+    global FIRST_SPEC_ONLY, ONLY_SPECS
     FIRST_SPEC_ONLY = args.first_spec_only
+    ONLY_SPECS = tuple(args.spec or ())
     every = all_mutants(modules=args.module)
-    chosen = select(every, functions=args.function, operators=args.operator, sample=args.sample, seed=args.seed,
+    if args.id:
+        every_ids = {m.id for m in every}
+        missing = [i for i in args.id if i not in every_ids]
+        if missing:
+            p.error(f"no mutant {missing}")
+    chosen = select([m for m in every if not args.id or m.id in args.id], functions=args.function, operators=args.operator, sample=args.sample, seed=args.seed,
                     gpu_only=args.gpu_only_operators or not _interpreter())
     if args.diff:
         m = next((m for m in every if m.id == args.diff), None)
