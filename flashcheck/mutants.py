@@ -722,6 +722,9 @@ def log_run(store: Path, command: str, selected: int, ran: int, wall: float) -> 
     path.write_text(json.dumps(runs, indent=1))
 
 
+_STORE_LOCK = __import__("threading").Lock()
+
+
 def run(mutants: list[Mutant], *, jobs: int, timeout: float, store: Path, resume: bool, probe_first: bool = False,
         log: Callable[[str], None] = print) -> dict[str, dict[str, Any]]:
     results = load_store(store)
@@ -732,9 +735,12 @@ def run(mutants: list[Mutant], *, jobs: int, timeout: float, store: Path, resume
         r = run_mutant(m, timeout=timeout, probe_first=probe_first)
         results[m.key] = r
         store.parent.mkdir(parents=True, exist_ok=True)
-        tmp = store.with_suffix(".tmp")
-        tmp.write_text(json.dumps(results, indent=1))
-        os.replace(tmp, store)
+        with _STORE_LOCK:  # merge with the file: another run may have written it meanwhile
+            on_disk = load_store(store)
+            on_disk[m.key] = r
+            tmp = store.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps(on_disk, indent=1))
+            os.replace(tmp, store)
         by = f" by {r['caught_by_test']} [{r['caught_by_property']}]" if r["status"] == "killed" else ""
         log(f"  {r['status']:<20} {r['wall_seconds']:>6.1f}s  {m.id}  {m.description}{by}")
 
@@ -778,7 +784,7 @@ def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triag
            "and left out of the score.", "",
            "Runs (accumulated in the results store; `--resume` skips mutants already run):", "",
            *[f"- `{r['command']}`: {r['ran']} of {r['selected']} selected mutants run, {r['wall_seconds']} s wall "
-             f"({r['date']})" for r in runs], ""]
+             f"({r['date']})" + (f". {r['note']}" if r.get("note") else "") for r in runs], ""]
     if errors:
         out += [f"Engine errors (pytest could not run; not counted, to be re-run): {', '.join(errors)}", ""]
     gen_total = len(mutants)
