@@ -49,8 +49,29 @@ def prop(family: str, name: str) -> Callable[[Property], Property]:
     return deco
 
 
+Margin = Callable[[KernelSpec, Case], float]
+# (family, property) -> the worst measured error over its bound on a case (after the property ran)
+MARGINS: dict[tuple[str, str], Margin] = {}
+
+
+def margin(family: str, name: str) -> Callable[[Margin], Margin]:
+    """Register how to read the worst err/bound of property `name` on a case: `check` feeds it to
+    `hypothesis.target`, so a search (the soak profile) climbs towards the edge of the bound."""
+
+    def deco(fn: Margin) -> Margin:
+        MARGINS[(family, name)] = fn
+        return fn
+
+    return deco
+
+
 def check(spec: KernelSpec, name: str, case: Case, *, save: bool = True) -> None:
-    """Run a property; if this is Hypothesis's final (shrunk) failing example, save a fixture."""
+    """Run a property; if this is Hypothesis's final (shrunk) failing example, save a fixture.
+    Inside a Hypothesis test it also reports coverage events (class, kind, layout, size) and targets
+    the property's worst err/bound where a margin is registered."""
+    in_test = _in_hypothesis_test()
+    if in_test:
+        _coverage_events(spec, case)
     try:
         prop_fn = PROPERTIES[(spec.family, name)]
     except KeyError:
@@ -62,6 +83,52 @@ def check(spec: KernelSpec, name: str, case: Case, *, save: bool = True) -> None
         if save:
             _save_if_final(spec, name, case, exc)
         raise
+    if in_test and (spec.family, name) in MARGINS:
+        _target_max(float(MARGINS[(spec.family, name)](spec, case)), f"{name}: worst err/bound")
+
+
+def _in_hypothesis_test() -> bool:
+    from hypothesis.control import currently_in_test_context
+
+    return currently_in_test_context()
+
+
+def _target_max(value: float, label: str) -> None:
+    """hypothesis.target once per label and example: a property checked on several cases of one
+    example targets its first (Hypothesis refuses a second call with the same label)."""
+    import math
+
+    from hypothesis import target
+    from hypothesis.errors import InvalidArgument
+
+    if not math.isfinite(value):  # inf/NaN ratios already fail the property; target() wants finite
+        return
+    try:
+        target(value, label=label)
+    except InvalidArgument:
+        pass
+
+
+def _coverage_events(spec: KernelSpec, case: Case) -> None:
+    """`--hypothesis-show-statistics` then lists which classes, kinds, layouts and sizes ran."""
+    from hypothesis import event
+
+    label = case.label or "unlabelled"
+    event(f"class: {label.split('/')[0]}")
+    if "/" in label:
+        event(f"kind: {label}")
+    for key, t in case.tensors.items():
+        if t.dim() < 2:
+            continue
+        n = t.shape[-1]
+        s = t.stride()
+        layout = ("transposed" if s[-1] != 1 and s[-2] == 1 and t.shape[-2] > 1 else
+                  "column step" if s[-1] > 1 else
+                  "row stride > N" if t.shape[-2] > 1 and s[-2] > n else "contiguous rows")
+        event(f"{key} layout: {layout}{', offset' if t.storage_offset() else ''}")
+        size = ("N=1" if n == 1 else "N power of two" if n & (n - 1) == 0 else
+                "N = 2^k +- 1" if (n + 1) & n == 0 or (n - 1) & (n - 2) == 0 else "N other")
+        event(f"{key} size: {size}{', N>1024' if n > 1024 else ''}")
 
 
 def _save_if_final(spec: KernelSpec, name: str, case: Case, exc: BaseException) -> None:

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flashcheck.harness import Case, prop, storage_of, storage_snapshot
+from flashcheck.harness import Case, margin, prop, storage_of, storage_snapshot
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.oracles.bounds import ftz_allowed, softmax_sum_bound, softmax_ulp_bound
 from flashcheck.oracles.compare import Comparison, compare_softmax
@@ -172,6 +172,13 @@ def matches_oracle(spec: KernelSpec, case: Case) -> None:
     bad = c.violations
     if bad.any():
         raise AssertionError(describe(spec, case, o, bad, "exceed the error bound", c.dist, c.bound))
+
+
+@margin(FAMILY, "matches_oracle")
+def oracle_margin(spec: KernelSpec, case: Case) -> float:
+    """The worst err/bound of the case (hypothesis.target climbs it); the comparison is cached."""
+    r = outcome(spec, case).cmp.bound_ratio()
+    return float(np.max(r)) if r.size else 0.0
 
 
 @prop(FAMILY, "sums_to_one")

@@ -152,6 +152,35 @@ def _fixture_summary(directory: Path) -> dict[str, Any] | None:
             "kwargs": payload["kwargs"], "tensors": tensors, "message": payload["message"]}
 
 
+def run_pytest(args: list[str], *, env_extra: dict[str, str] | None = None, shrink: bool = True,
+               timeout: float = 900) -> dict[str, Any]:
+    """`pytest ARGS -p flashcheck.reports.kill_matrix` in a subprocess (the ci profile, one process, no
+    cache), measured by this plugin: returncode, timed_out, wall_seconds, the output's tail and the
+    plugin's JSON (`data`). shrink=False skips Hypothesis's shrink phase. Also used by
+    flashcheck.mutants."""
+    tmp = Path(tempfile.mkdtemp(prefix="kill-run-"))
+    result_json = tmp / "result.json"
+    cmd = [sys.executable, "-m", "pytest", *args, "-p", "no:xdist", "-p", "no:cacheprovider",
+           "-p", "flashcheck.reports.kill_matrix", "-q", "--no-header", "-W", "ignore::DeprecationWarning"]
+    env = _clean_env()
+    env.update(env_extra or {})
+    env[KILL_ENV] = str(result_json)
+    if not shrink:
+        env[NO_SHRINK_ENV] = "1"
+    t0 = time.perf_counter()
+    timed_out = False
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        rc, tail = proc.returncode, (proc.stdout + proc.stderr)[-3000:]
+    except subprocess.TimeoutExpired as e:
+        timed_out = True
+        rc, tail = -1, f"timed out after {timeout}s\n" + str(e.stdout or "")[-2000:]
+    wall = time.perf_counter() - t0
+    data = json.loads(result_json.read_text()) if result_json.exists() else {}
+    shutil.rmtree(tmp, ignore_errors=True)
+    return {"returncode": rc, "timed_out": timed_out, "wall_seconds": round(wall, 1), "tail": tail, "data": data}
+
+
 def run_zoo_kernel(z, *, out_dir: Path | None = None, first_only: bool = True, shrink: bool = True,
                    save_fixtures: bool = True, timeout: float = 900,
                    extra_args: list[str] | None = None) -> dict[str, Any]:
@@ -163,23 +192,10 @@ def run_zoo_kernel(z, *, out_dir: Path | None = None, first_only: bool = True, s
     fixtures = (out_dir / "kill_fixtures" / z.name) if out_dir else tmp / "fixtures"
     shutil.rmtree(fixtures, ignore_errors=True)
     fixtures.mkdir(parents=True, exist_ok=True)
-    result_json = tmp / "result.json"
-    cmd = [sys.executable, "-m", "pytest", "tests", f"--kernel={module_path(z)}:{z.name}", f"--family={z.family}",
-           "-p", "no:xdist", "-p", "no:cacheprovider", "-p", "flashcheck.reports.kill_matrix", "-q", "--no-header",
-           "-W", "ignore::DeprecationWarning", f"--fixture-dir={fixtures}", *(["-x"] if first_only else []),
-           *([] if save_fixtures else ["--no-save-fixtures"]), *(extra_args or [])]
-    env = _clean_env()
-    env[KILL_ENV] = str(result_json)
-    if not shrink:
-        env[NO_SHRINK_ENV] = "1"
-    t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-        rc, tail = proc.returncode, (proc.stdout + proc.stderr)[-3000:]
-    except subprocess.TimeoutExpired as e:
-        rc, tail = -1, f"timed out after {timeout}s\n" + str(e.stdout or "")[-2000:]
-    wall = time.perf_counter() - t0
-    data = json.loads(result_json.read_text()) if result_json.exists() else {}
+    args = ["tests", f"--kernel={module_path(z)}:{z.name}", f"--family={z.family}", f"--fixture-dir={fixtures}",
+            *(["-x"] if first_only else []), *([] if save_fixtures else ["--no-save-fixtures"]), *(extra_args or [])]
+    run = run_pytest(args, shrink=shrink, timeout=timeout)
+    rc, tail, wall, data = run["returncode"], run["tail"], run["wall_seconds"], run["data"]
     fixture = _fixture_summary(fixtures)
     shutil.rmtree(tmp, ignore_errors=True)
     first = data.get("first")
@@ -211,7 +227,7 @@ def run_all(names: list[str] | None = None, *, jobs: int = 2, out_dir: Path | No
             log=print) -> list[dict[str, Any]]:
     from flashcheck.tests.zoo import zoo
 
-    chosen = [z for z in zoo() if not names or z.name in names]
+    chosen = [z for z in zoo(runnable=True) if not names or z.name in names]
 
     def one(z):
         r = run_zoo_kernel(z, out_dir=out_dir, first_only=first_only, shrink=shrink, extra_args=extra_args)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from hypothesis import strategies as st
-from hypothesis.strategies import SearchStrategy
+from hypothesis.strategies import SearchStrategy, composite
 
 from flashcheck.oracles.formats import BF16, Format, round_float64
 
@@ -49,6 +49,60 @@ def exact_floats(
         st.sampled_from([v for v in specials if ok(v)]),
         st.integers(0, 0xFFFF).map(_bf16_from_bits).filter(ok),
     )
+
+
+# ---- values that shrink: a cheap background plus a few exact overrides -------------------------------
+#
+# Long rows cannot be drawn element by element (thousands of draws per example), and values made
+# from a drawn NumPy seed cannot shrink: a counterexample stays a wall of random numbers. So rows
+# are a background, chosen by one integer that shrinks to 0 (a constant), and a short list of
+# (index, exact value) overrides that shrinks to nothing (Hypothesis's `arrays(fill=...)` idea).
+# A shrunk counterexample is then a constant row plus the handful of elements that matter.
+
+_FEW = (-2.0, -1.0, -0.5, 0.5, 1.0, 2.0)
+
+
+@composite
+def backgrounds(draw, shape: tuple[int, int], *, scale: float = 1.0, loc: float = 0.0) -> np.ndarray:
+    """`loc + scale * noise` of `shape`: mostly seeded N(0, 1) noise, sometimes a few values
+    cycled, sometimes the constant `loc` (what it shrinks to)."""
+    m, n = shape
+    if m < 0 or n < 0:
+        raise ValueError(f"shape must be non-negative, got {shape}")
+    kind = draw(st.integers(0, 7))
+    if kind == 0:
+        return np.full(shape, float(loc))
+    if kind == 1:
+        few = np.array(draw(st.lists(st.sampled_from(_FEW), min_size=2, max_size=4)))
+        return loc + scale * np.resize(few, m * n).reshape(shape)
+    return loc + scale * np.random.default_rng(draw(st.integers(0, 2**32 - 1))).standard_normal(shape)
+
+
+@composite
+def with_overrides(draw, values: np.ndarray, elements: SearchStrategy[float], *, max_size: int = 4) -> np.ndarray:
+    """A copy of `values` with up to `max_size` elements replaced by draws of `elements`."""
+    if max_size < 0:
+        raise ValueError(f"max_size must be >= 0, got {max_size}")
+    out = np.array(values, dtype=np.float64)
+    if out.size == 0 or max_size == 0:
+        return out
+    flat = out.reshape(-1)
+    pairs = draw(st.lists(st.tuples(st.integers(0, flat.size - 1), elements), max_size=max_size,
+                          unique_by=lambda t: t[0]))
+    for i, v in pairs:
+        flat[i] = v
+    return out
+
+
+def non_background(values: np.ndarray) -> int:
+    """Elements that differ from their row's most common value (NaN counts as a value): how big a
+    counterexample really is."""
+    total = 0
+    for row in np.atleast_2d(values):
+        if row.size:
+            _, counts = np.unique(row, return_counts=True, equal_nan=True)
+            total += row.size - int(counts.max())
+    return total
 
 
 def representable(values: np.ndarray, fmt: Format) -> np.ndarray:

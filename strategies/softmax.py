@@ -1,9 +1,11 @@
 """Adversarial inputs for the softmax family, one named strategy per class of NUMERICS.md s. 4.
 
 Each strategy returns a `Case` whose tensor `x` is an (M, N) view inside a NaN-guarded buffer
-(see `floats.materialize`). Long rows are drawn as a seed plus structure (where the -inf runs
-go, which value peaks) rather than element by element: Hypothesis then shrinks the structure,
-and drawing thousands of floats one at a time would dominate the run.
+(see `floats.materialize`). Long rows are drawn as structure (where the -inf runs go, which
+value peaks) over a cheap background (`floats.backgrounds`: seeded noise, a few values, or a
+constant) plus a few exact overrides (`floats.with_overrides`) rather than element by element:
+drawing thousands of floats one at a time would dominate the run, and Hypothesis still shrinks a
+counterexample to a constant row plus the elements that matter.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from flashcheck.kernels import DEVICE
 from flashcheck.oracles.formats import BF16, FP16, Format
 from .case import Case
 
-from .floats import Layout, exact_floats, layouts, materialize, representable
+from .floats import Layout, backgrounds, exact_floats, layouts, materialize, representable, with_overrides
 
 BLOCKS = (64, 128, 256, 512, 1024, 2048, 4096)  # tile widths real kernels use
 NEG_INF = -np.inf
@@ -44,6 +46,13 @@ def _seed() -> SearchStrategy[int]:
 @composite
 def _shape(draw, *, max_n: int, max_m: int, min_n: int = 1) -> tuple[int, int]:
     return draw(st.integers(1, max_m)), draw(row_lengths(max_n=max_n, min_n=min_n))
+
+
+def _finite(fmt: Format, bound: float) -> SearchStrategy[float]:
+    """Exact finite values of `fmt` in [-b, b], b the power of two >= bound (exact in every format):
+    what overrides of a clean row may hold."""
+    b = 2.0 ** math.ceil(math.log2(bound))
+    return exact_floats(fmt, min_value=-b, max_value=b, allow_nan=False, allow_infinity=False)
 
 
 def _finish(draw, values: np.ndarray, fmt: Format, label: str, strided: bool,
@@ -90,7 +99,8 @@ def benign_rows(draw, *, fmt: Format, max_n: int, max_m: int = 4, strided: bool 
     """Standard-normal logits times a drawn scale: the baseline every kernel must get right."""
     m, n = draw(_shape(max_n=max_n, max_m=max_m))
     scale = draw(st.sampled_from([1.0, 0.1, 4.0, 16.0]))
-    v = np.random.default_rng(draw(_seed())).standard_normal((m, n)) * scale
+    v = draw(backgrounds((m, n), scale=scale))
+    v = draw(with_overrides(v, _finite(fmt, 4.0 * scale)))
     return _finish(draw, v, fmt, "benign", strided)
 
 
@@ -140,7 +150,18 @@ def very_negative_rows(draw, *, fmt: Format, max_n: int, max_m: int = 4, strided
     top = draw(st.sampled_from([-1.2e4, -5.1e4] if fmt == FP16 else [-1.01e5, -1.0e7]))
     floor = -fmt.max_finite if draw(st.booleans()) else max(top * 10, -fmt.max_finite)
     v = top + (floor - top) * rng.random((m, n)) ** draw(st.sampled_from([1.0, 8.0]))
-    return _finish(draw, v, fmt, "very_negative", strided)
+    # A row masked entirely with a finite sentinel (HF's -1e4, -1e9, the dtype's min): the softmax
+    # is uniform, and a kernel comparing against such a value as if it were -inf gets it wrong.
+    sentinel = draw(st.one_of(st.none(), st.sampled_from(_sentinels(fmt))))
+    if sentinel is not None:
+        v[draw(st.integers(0, m - 1))] = sentinel
+    return _finish(draw, v, fmt, "very_negative" + ("/sentinel_row" if sentinel is not None else ""), strided)
+
+
+def _sentinels(fmt: Format) -> list[float]:
+    """Finite stand-ins for -inf that real masking code writes: -1e4 (BERT-style additive masks),
+    -1e9, and the dtype's most negative value (masked_fill with finfo.min)."""
+    return [v for v in (-1.0e4, -1.0e9, -fmt.max_finite) if v >= -fmt.max_finite]
 
 
 INF_RUN_KINDS = ("prefix", "suffix", "interior", "aligned_blocks", "first_block", "lead_block_low")
@@ -188,7 +209,7 @@ def neg_inf_padded_rows(draw, *, fmt: Format, max_n: int, max_m: int = 3, stride
         kinds = [mode] * m
     rng = np.random.default_rng(draw(_seed()))
     below_90 = draw(st.booleans())
-    v = rng.standard_normal((len(kinds), n)) * 3.0
+    v = draw(backgrounds((len(kinds), n), scale=3.0))
     if below_90:
         v = v - 95.0 - (0.0 if fmt == FP16 else 30.0 * rng.random((len(kinds), 1)))
     for i, kind in enumerate(kinds):
@@ -207,7 +228,7 @@ def fully_masked_rows(draw, *, fmt: Format, max_n: int, max_m: int = 5, strided:
     lo = 5 if len(where) == 3 else 1
     m = draw(st.integers(lo, max(lo, max_m)))
     n = draw(row_lengths(max_n=max_n))
-    v = np.random.default_rng(draw(_seed())).standard_normal((m, n))
+    v = draw(backgrounds((m, n)))
     for w in where:
         v[{"first": 0, "middle": m // 2, "last": m - 1}[w], :] = NEG_INF
     return _finish(draw, v, fmt, "fully_masked", strided)
@@ -231,7 +252,7 @@ def nan_and_inf_rows(draw, *, fmt: Format, max_n: int, max_m: int = 4, strided: 
         chosen = draw(st.sets(st.integers(0, m - 1), min_size=1))
         kinds = [mode if i in chosen else "clean" for i in range(m)]
     rng = np.random.default_rng(draw(_seed()))
-    v = rng.standard_normal((m, n))
+    v = draw(backgrounds((m, n)))
     for i, kind in enumerate(kinds):
         if kind == "random":
             for s in draw(st.lists(st.sampled_from([np.nan, np.inf, NEG_INF]), min_size=1, max_size=4)):
@@ -264,7 +285,7 @@ def peaked_rows(draw, *, fmt: Format, max_n: int, max_m: int = 3, strided: bool 
         m, n = draw(_shape(max_n=max_n, max_m=max_m))
         kinds = [mode] * m
     rng = np.random.default_rng(draw(_seed()))
-    v = rng.standard_normal((m, n)) * 0.01
+    v = draw(backgrounds((m, n), scale=0.01))
     for i, kind in enumerate(kinds):
         v[i, {"tail": n - 1, "head": 0}.get(kind, None) or draw(st.integers(0, n - 1))] = 20.0
     return _finish(draw, v, fmt, f"peaked/{mode}", strided)

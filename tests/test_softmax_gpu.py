@@ -13,13 +13,14 @@ import pytest
 import torch
 
 from flashcheck import kernels
-from flashcheck.kernels.registry import get, kernels as registered
+from flashcheck.kernels.registry import KernelSpec, get, kernels as registered
 from flashcheck.oracles.compare import compare_softmax
 from flashcheck.oracles.formats import format_of, to_float64
 
 pytestmark = pytest.mark.skipif(kernels.INTERPRET, reason="GPU only: rows of 1M-64M elements and "
                                 "tensors over 2^31 elements are out of reach of the Triton interpreter")
 
+FAMILY = "softmax"  # test_past_2_31_elements runs for every active kernel (or --kernel's)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -47,8 +48,9 @@ def _adversarial_rows(m: int, n: int, seed: int) -> np.ndarray:
     return x
 
 
-def _check(spec_name: str, x: torch.Tensor, y: torch.Tensor, rows: np.ndarray | None = None) -> None:
-    spec = get(spec_name)
+def _check(spec_name: str | KernelSpec, x: torch.Tensor, y: torch.Tensor, rows: np.ndarray | None = None) -> None:
+    spec = get(spec_name) if isinstance(spec_name, str) else spec_name
+    spec_name = spec.name
     x64, y64 = to_float64(x if rows is None else x[rows]), to_float64(y if rows is None else y[rows])
     c = compare_softmax(x64, y64, format_of(y.dtype), depth=spec.summation_depth(x.shape[1]))
     bad = c.violations
@@ -166,6 +168,19 @@ def test_more_than_2_31_elements() -> None:
         torch.cuda.synchronize()
         assert not torch.isnan(y[:-1]).any(), f"{name}: output rows left unwritten"
         _check(name, x, y, rows)
+
+
+def test_past_2_31_elements(spec: KernelSpec) -> None:
+    """Any kernel under test (registered or --kernel) on fp16 (2^21 + 2, 1024): 2^31 + 2048
+    elements; the rows on both sides of the 2^31-element boundary and the last one against the
+    oracle (the zoo's int32_offsets is caught here)."""
+    m, n = (1 << 21) + 2, 1024
+    if not spec.supports(torch.float16, n):
+        pytest.skip(f"{spec.name} does not take fp16 rows of {n}")
+    x = torch.randn(m, n, device="cuda", dtype=torch.float16, generator=torch.Generator("cuda").manual_seed(5)) * 5
+    y = spec.fn(x)
+    torch.cuda.synchronize()
+    _check(spec, x, y, np.array([0, (1 << 21) - 1, 1 << 21, m - 1]))
 
 
 def test_strides_past_2_31() -> None:

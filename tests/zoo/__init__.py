@@ -32,13 +32,19 @@ class ZooKernel:
     trigger: Callable[[], dict[str, Any]]  # kwargs for the kernel: an input the bug gets wrong
     caps: dict[str, Any] = field(default_factory=dict)  # the `flashcheck` capabilities
     property_hint: str = ""  # which property is expected to see it (documentation only)
+    gpu_only: str = ""  # why only a GPU can show the bug (empty: the interpreter can)
 
 
-def zoo(family: str | None = None) -> list[ZooKernel]:
+def zoo(family: str | None = None, *, runnable: bool = False) -> list[ZooKernel]:
+    """The zoo kernels (of one family); runnable=True leaves out the GPU-only ones under the
+    interpreter (what the CPU kill matrix runs)."""
+    from flashcheck.kernels import INTERPRET
+
     from . import attention_bugs, softmax_bugs
 
     out = list(softmax_bugs.ZOO.values()) + list(attention_bugs.ZOO.values())
-    return [z for z in out if family is None or z.family == family]
+    return [z for z in out if (family is None or z.family == family)
+            and not (runnable and INTERPRET and z.gpu_only)]
 
 
 def module_path(z: ZooKernel) -> str:

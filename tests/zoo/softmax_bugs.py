@@ -15,9 +15,10 @@ configurations) that validates its input like a production kernel, so the suite 
 not a missing TypeError. Run one with
 `pytest --kernel tests/zoo/softmax_bugs.py:NAME --family softmax -x`.
 
-Not reproduced: int32 offset overflow (xformers #719; M * N > 2^31 elements): the interpreter
-computes offsets in NumPy int64 and such tensors (8 GiB in fp32) are GPU-sized; it can only be
-caught on a GPU, by a test with M * N > 2^31, which the CPU suite never draws.
+Two entries are GPU-only (`ZooKernel.gpu_only` gives the reason; tests/test_zoo.py skips them
+under the interpreter and the CPU kill matrix leaves them out): int32 offset overflow (xformers
+#719; it needs M * N > 2^31 elements, 4 GiB in fp16, out of the interpreter's reach) and an
+unguarded fast exp (the hardware's `ex2.approx.f16`, inline PTX the interpreter cannot run).
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from flashcheck.tests.zoo import ZooKernel
 _LOG2E = tl.constexpr(LOG2E)
 
 # Bug switches (constexpr values).
-NONE, STRIDES, ZERO_PAD, SENTINEL, NAN_SWALLOW, NO_MAX = 0, 1, 2, 3, 4, 5
+NONE, STRIDES, ZERO_PAD, SENTINEL, NAN_SWALLOW, NO_MAX, INT32_OFFSETS, FAST_EXP = 0, 1, 2, 3, 4, 5, 6, 7
 RESCALE_NAN, STICKY, NO_RESCALE, FP16_SUM, TAIL = 11, 12, 13, 14, 15
 MERGE_NAN = 21
 
@@ -54,12 +55,18 @@ def _validate(x: torch.Tensor) -> None:
 def _row_kernel(x_ptr, y_ptr, N, sxm, sxn, sym, syn,
                 BLOCK_N: tl.constexpr, X_BITS: tl.constexpr, Y_BITS: tl.constexpr, BUG: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
+    x_off = row * sxm
+    y_off = row * sym
+    if BUG == 6:  # INT32_OFFSETS: the row offsets wrap at 2^31 elements (kept non-negative, so the
+        # wrapped access reads and writes a wrong row in bounds instead of faulting)
+        x_off = x_off % 2147483648
+        y_off = y_off % 2147483648
     cols = tl.arange(0, BLOCK_N)
     mask = cols < N
     if BUG == 1:  # STRIDES: offsets as if x were contiguous
         x = load_f32(x_ptr + row * N + cols, mask, X_BITS)
     else:
-        x = load_f32(x_ptr + row * sxm + cols * sxn, mask, X_BITS)
+        x = load_f32(x_ptr + x_off + cols * sxn, mask, X_BITS)
     if BUG == 2:  # ZERO_PAD: padding lanes hold 0 instead of -inf
         x = tl.where(mask, x, 0.0)
     if BUG == 3:  # SENTINEL: -inf (inputs and padding) replaced by a finite -5e4
@@ -68,11 +75,15 @@ def _row_kernel(x_ptr, y_ptr, N, sxm, sxn, sym, syn,
         x = tl.where(x != x, float("-inf"), x)
     if BUG == 5:  # NO_MAX: exp(x) / sum exp(x)
         e = tl.exp2(x * _LOG2E)
+    elif BUG == 7:  # FAST_EXP: the hardware's half-precision ex2.approx.f16, for every dtype and argument
+        t = ((x - tl.max(x, axis=0)) * _LOG2E).to(tl.float16)
+        e = tl.inline_asm_elementwise("ex2.approx.f16 $0, $1;", "=h,h", [t], dtype=tl.float16, is_pure=True,
+                                      pack=1).to(tl.float32)
     else:
         m = tl.max(x, axis=0)
         e = tl.exp2((x - m) * _LOG2E)
     y = e / tl.sum(e, axis=0)
-    store_f32(y_ptr + row * sym + cols * syn, y, mask, Y_BITS)
+    store_f32(y_ptr + y_off + cols * syn, y, mask, Y_BITS)
 
 
 def _row(x: torch.Tensor, bug: int) -> torch.Tensor:
@@ -334,6 +345,22 @@ def missing_rescale(x: torch.Tensor) -> torch.Tensor:
     return _online(x, NO_RESCALE)
 
 
+def int32_offsets(x: torch.Tensor) -> torch.Tensor:
+    """Row offsets that wrap at 2^31 elements, as 32-bit offset arithmetic does: past 2^31
+    elements rows are read from and written to the wrong place. xformers #719 (M * N > 2^31).
+    Modelled as offset mod 2^31 so the wrapped access stays in bounds (a wrong answer the oracle
+    sees rather than an illegal-address fault). GPU only: the trigger is a 4 GiB fp16 tensor."""
+    return _row(x, INT32_OFFSETS)
+
+
+def fast_exp_unguarded(x: torch.Tensor) -> torch.Tensor:
+    """exp through the hardware's half-precision `ex2.approx.f16` with no guard on dtype or range:
+    the argument is rounded to fp16 (relative error |t| 2^-11 in the result) and results below
+    2^-24 flush to 0, for fp32 data too. A fast-math shortcut, not a reproduced upstream report.
+    GPU only: the interpreter computes exp2 exactly in NumPy and cannot run inline PTX."""
+    return _row(x, FAST_EXP)
+
+
 def split_merge_nan(x: torch.Tensor) -> torch.Tensor:
     """Split-row merge of per-span (max, sum) pairs without the empty-state guard: merging an
     all -inf span (-inf, 0) into the initial (-inf, 0) computes exp(-inf - -inf) = NaN.
@@ -387,6 +414,15 @@ def _lead_masked(n: int, block: int, low: bool) -> dict:
     return {"x": _t(v)}
 
 
+def _past_2_31_trigger() -> dict:
+    """(2^21 + 2, 1024) fp16: 2^31 + 2048 elements; `rows`: the rows to compare (the oracle of the
+    whole tensor is out of reach), on both sides of the 2^31-element boundary."""
+    m, n = (1 << 21) + 2, 1024
+    x = torch.randn(m, n, generator=torch.Generator(device=DEVICE).manual_seed(0), device=DEVICE,
+                    dtype=torch.float16)
+    return {"x": x, "rows": [0, (1 << 21) - 1, 1 << 21, m - 1]}
+
+
 def _guarded_out_trigger() -> dict:
     x = _t(_rng().standard_normal((3, 300)))
     buf = torch.full((3 * 310 + 5,), 7.0, device=DEVICE)
@@ -405,6 +441,8 @@ _TRIGGERS = {
     "fp16_denominator": lambda: {"x": _t(_rng().standard_normal((2, 1000)))},
     "missing_rescale": lambda: {"x": _t(np.cumsum(0.1 * _rng().random((2, 600)), axis=1))},
     "split_merge_nan": lambda: _lead_masked(600, 256, low=False),
+    "int32_offsets": _past_2_31_trigger,
+    "fast_exp_unguarded": lambda: {"x": _t(np.linspace(-30.0, 0.0, 300)[None, :].repeat(2, 0))},
     "config_dependent_bits": lambda: {"x": _t(_rng().standard_normal((4, 1500)))},
     "out_strides_ignored": _guarded_out_trigger,
 }
@@ -421,6 +459,8 @@ _CLASSES = {
     "fp16_denominator": ("fp16 accumulation of the denominator", "matches_oracle"),
     "missing_rescale": ("missing rescale of the accumulator when the max grows", "matches_oracle"),
     "split_merge_nan": ("exp(-inf - -inf) = NaN in a merge of two empty states (split-row)", "matches_oracle"),
+    "int32_offsets": ("int32 offset overflow (M * N > 2^31)", "test_softmax_gpu past 2^31 elements"),
+    "fast_exp_unguarded": ("unguarded fast exp (ex2.approx.f16)", "matches_oracle"),
     "config_dependent_bits": ("launch configurations give different bits", "configs_identical"),
     "out_strides_ignored": ("output strides ignored (writes outside the out= view)", "guard_bands"),
 }
@@ -437,8 +477,15 @@ _FIXED = {
     "fp16_denominator": functools.partial(_online, bug=NONE),
     "missing_rescale": functools.partial(_online, bug=NONE),
     "split_merge_nan": functools.partial(_split, bug=NONE),
+    "int32_offsets": functools.partial(_row, bug=NONE),
+    "fast_exp_unguarded": functools.partial(_row, bug=NONE),
     "config_dependent_bits": _fixed_config,
     "out_strides_ignored": _fixed_out,
+}
+
+_GPU_ONLY = {
+    "int32_offsets": "needs a tensor of more than 2^31 elements (4 GiB fp16): out of the interpreter's reach",
+    "fast_exp_unguarded": "inline PTX (ex2.approx.f16): the interpreter cannot run it and computes exp2 exactly",
 }
 
 ZOO: dict[str, ZooKernel] = {}
@@ -448,7 +495,7 @@ for _name, (_cls, _hint) in _CLASSES.items():
         name=_name, family="softmax", bug_class=_cls,
         references=" ".join(inspect.getdoc(_fn).split()),
         broken=_fn, fixed=_FIXED[_name], trigger=_TRIGGERS[_name],
-        caps=dict(getattr(_fn, "flashcheck", {})), property_hint=_hint,
+        caps=dict(getattr(_fn, "flashcheck", {})), property_hint=_hint, gpu_only=_GPU_ONLY.get(_name, ""),
     )
 
 __all__ = list(ZOO)

@@ -1,0 +1,56 @@
+"""Counterexamples shrink to the elements that matter.
+
+Softmax rows are a cheap background (seeded noise, a few values, or a constant) plus a few exact
+overrides (`strategies.floats.backgrounds`, `with_overrides`), so Hypothesis can shrink a failing
+row to a constant plus the handful of elements the bug needs, instead of a wall of seeded random
+numbers (the committed fixture `softmax_online__matches_oracle__15cc3acdfa61.json`: 4 x 769 values
+drawn from a seed, one of which mattered).
+"""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, Phase, find, settings, strategies as st
+
+from flashcheck.mutants import same_bits
+from flashcheck.oracles.formats import FP16, FP32, to_float64
+from flashcheck.strategies.case import Case
+from flashcheck.strategies.floats import backgrounds, non_background, with_overrides
+from flashcheck.strategies.softmax import benign_rows, nan_and_inf_rows
+from flashcheck.tests.zoo.softmax_bugs import ZOO
+
+_FIND = settings(database=None, derandomize=True, max_examples=300, deadline=None,
+                 phases=[Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck))
+
+
+def _wrong(name: str):
+    z = ZOO[name]
+
+    def pred(case: Case) -> bool:
+        x = case.tensors["x"]
+        return not same_bits(z.broken(x), z.fixed(x))
+    return pred
+
+
+def test_nan_swallowed_shrinks_to_a_handful_of_elements() -> None:
+    # Derandomized, the first failure found is an every-kind case (one row per kind of special
+    # value); the shrinker cannot leave that mode (the rows' kinds are its structure), but it shrinks
+    # N to 2 and every background to the constant 0: a dozen elements, the specials and zeros.
+    case = find(nan_and_inf_rows(fmt=FP32, max_n=256, strided=False), _wrong("nan_swallowed"), settings=_FIND)
+    v = to_float64(case.tensors["x"])
+    assert np.isnan(v).sum() >= 1
+    assert v.size <= 16 and non_background(v) <= 6, f"not shrunk: {v.shape}, {non_background(v)} off the background: {v}"
+
+
+def test_zero_padding_shrinks_to_a_short_constant_row() -> None:
+    # padding lanes read 0 instead of -inf: any row shorter than its power-of-two block shows it
+    case = find(benign_rows(fmt=FP16, max_n=300, strided=False), _wrong("zero_padding"), settings=_FIND)
+    v = to_float64(case.tensors["x"])
+    assert v.shape[0] == 1 and non_background(v) <= 1, f"not shrunk: {v.shape}, {non_background(v)} off the background"
+
+
+def test_backgrounds_and_overrides_shrink_to_constant_and_nothing() -> None:
+    st_v = backgrounds((3, 50), scale=4.0).flatmap(lambda v: with_overrides(v, st.floats(-1, 1)))
+    v = find(st_v, lambda v: True, settings=_FIND)
+    assert non_background(v) == 0 and np.all(v == 0.0)
+    v = find(st_v, lambda v: bool((v > 0.5).sum() == 1 and (v == 0).sum() == v.size - 1), settings=_FIND)
+    assert non_background(v) == 1
