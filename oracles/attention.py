@@ -219,14 +219,39 @@ def _exact_row(qi: np.ndarray, kj: np.ndarray, vj: np.ndarray, cols: list[int], 
     return result
 
 
-def _exponents(q0, k0, vis, sc, cap, bias, dd):
+def _dot2(q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """hi + lo ~= q @ k.T with the summation errors captured exactly by TwoSum (Dot2 of Ogita,
+    Rump and Oishi): s = hi + sum e_i exactly, lo = fl(sum e_i) off by <= (D u)^2 A."""
+    m, dd = q.shape
+    n = k.shape[0]
+    hi = np.zeros((m, n))
+    lo = np.zeros((m, n))
+    for c in range(dd):
+        p = np.multiply.outer(q[:, c], k[:, c])  # exact
+        t = hi + p
+        z = t - hi
+        lo += (hi - (t - z)) + (p - z)
+        hi = t
+    return hi, lo
+
+
+def _exponents(q0, k0, vis, sc, cap, bias, dd, precise: bool = False):
     """Per visible key: exponent x_j = t_j - t_ref (<= 0), its error bound, the reference t_ref
-    and its error, and a (sc A, times tanh's slope), t_abs, b_abs for the kernel's bound."""
+    and its error, and a (sc A, times tanh's slope), t_abs, b_abs for the kernel's bound.
+    precise: scores by Dot2 (error (D + 1)^2 u^2 A, D times slower) instead of one BLAS product
+    (error gamma_D A): the second try for rows the first could not decide."""
     m, n = vis.shape
-    s = q0 @ k0.T
     gam = dd * U64 / (1 - dd * U64)
     A = (np.abs(q0) @ np.abs(k0).T) * (1 + 2 * gam)
-    es = gam * A  # |s^ - s|
+    if precise:
+        hi, lo = _dot2(q0, k0)
+        s = hi + lo
+        e2 = 2 * (dd + 1) ** 2 * U64**2 * A  # |hi + lo - s| (exact sum of hi and lo)
+        es = e2 + U64 * np.abs(s)
+    else:
+        hi = s = q0 @ k0.T
+        lo = np.zeros_like(s)
+        e2 = es = gam * A  # |s^ - s|
     rows = np.arange(m)
     t_abs = np.zeros((m, n))
     b_abs = np.zeros((m, n)) if bias is None else np.where(vis, np.abs(np.nan_to_num(bias, posinf=0, neginf=0)), 0)
@@ -235,8 +260,8 @@ def _exponents(q0, k0, vis, sc, cap, bias, dd):
         if cap == 0.0 and bias is None:
             s_val = np.where(vis, s, -np.inf)
             jr = np.argmax(s_val, axis=1)  # reference key: a largest visible score
-            diff = s[rows, jr][:, None] - s
-            err_s = U64 * np.abs(diff) + es + es[rows, jr][:, None]
+            diff = (hi[rows, jr][:, None] - hi) + (lo[rows, jr][:, None] - lo)  # s_ref - s_j
+            err_s = 3 * U64 * np.abs(diff) + e2 + e2[rows, jr][:, None]
             x = -sc * diff
             err_x = sc * err_s + 1.01 * U64 * np.abs(x)
             t_ref = sc * s[rows, jr]
@@ -266,9 +291,11 @@ def _exponents(q0, k0, vis, sc, cap, bias, dd):
     return x, err_x, t_ref, err_ref, a, t_abs, b_abs
 
 
-def _slice(qs, ks, vs, vis, sc, fmt, *, cap: float = 0.0, bias: np.ndarray | None = None):
+def _slice(qs, ks, vs, vis, sc, fmt, *, cap: float = 0.0, bias: np.ndarray | None = None,
+           precise: bool = False):
     """Oracle for one (b, h) slice: queries qs (M, D), its keys ks (N, D), values vs (N, Dv),
-    visibility vis (M, N) (bias -inf already folded in), bias (M, N) or None."""
+    visibility vis (M, N) (bias -inf already folded in), bias (M, N) or None. Rows left
+    undecided go once more through the fast path with Dot2 scores, then to the exact path."""
     m, dd = qs.shape
     n, dv = vs.shape
     any_vis = vis.any(axis=1)
@@ -305,7 +332,7 @@ def _slice(qs, ks, vs, vis, sc, fmt, *, cap: float = 0.0, bias: np.ndarray | Non
         approx[nan_el] = np.nan
         return out, approx, p, a, dmat, t_abs, b_abs, special, pv, lse, lse_err, fallbacks
 
-    x, err_x, t_ref, err_ref, a_all, t_all, b_all = _exponents(q0, k0, vis, sc, cap, bias, dd)
+    x, err_x, t_ref, err_ref, a_all, t_all, b_all = _exponents(q0, k0, vis, sc, cap, bias, dd, precise)
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         e = np.where(vis & live[:, None], np.exp(x), 0.0)
         eta = np.where(vis, np.expm1(np.minimum(err_x, 50.0)) * (1 + 2.0**-40) + EXP_REL, 0.0)
@@ -331,6 +358,13 @@ def _slice(qs, ks, vs, vis, sc, fmt, *, cap: float = 0.0, bias: np.ndarray | Non
     approx[:] = o_hat
 
     todo = ~decided & live[:, None] & ~nan_el
+    retry = np.nonzero(todo.any(axis=1))[0] if not precise else np.zeros(0, dtype=int)
+    if retry.size:
+        sub = _slice(qs[retry], ks, vs, vis[retry], sc, fmt, cap=cap,
+                     bias=None if bias is None else bias[retry], precise=True)
+        out[retry] = sub[0]
+        fallbacks += sub[-1]
+        todo[retry] = False
     for i in np.nonzero(todo.any(axis=1))[0]:
         cols = [int(c) for c in np.nonzero(todo[i])[0]]
         keys = np.nonzero(vis[i])[0]
