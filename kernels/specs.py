@@ -59,7 +59,10 @@ register(KernelSpec(
 
 # ---- attention (kernels/attention.py) --------------------------------------------------------
 from ._runtime import INTERPRET as _INTERPRET  # noqa: E402
-from .attention import MAX_HEAD_DIM as _ATTN_MAX_D, attention as _attention, attn_config as _attn_config  # noqa: E402
+from .attention import (  # noqa: E402
+    MAX_HEAD_DIM as _ATTN_MAX_D, attention as _attention, attention_varlen as _attention_varlen,
+    attn_config as _attn_config,
+)
 
 
 def _attention_blocking(head_dim: int, n: int, dtype) -> tuple[int, int]:
@@ -76,8 +79,13 @@ register(KernelSpec(
     # Launch knobs that change no arithmetic: rows per program (each row is computed by the same
     # instructions; on the GPU 16 rows per warp are kept) and the pipelining depth. block_n is
     # left out on purpose: it changes the online-softmax blocking, hence the rounding.
-    configs=(({"block_m": 16}, {"block_m": 64}) if _INTERPRET
-             else ({"block_m": 64, "num_warps": 4}, {"num_stages": 2})),
+    # pack_gqa moves rows between tiles (a group's heads share one), which changes nothing either.
+    configs=(({"block_m": 16}, {"block_m": 64}, {"pack_gqa": True}, {"pack_gqa": False}) if _INTERPRET
+             else ({"block_m": 64, "num_warps": 4}, {"num_stages": 2}, {"pack_gqa": True})),
+    # Split-KV keeps the key blocking but adds one rescale per split (the bound's n_blocks grows
+    # by num_splits); 64 splits is more than any CPU case has key blocks (empty splits).
+    tunings=({"num_splits": 2}, {"num_splits": 3}, {"num_splits": 64}),
+    varlen_fn=_attention_varlen,
     extra={"blocking": _attention_blocking},
     description="fused attention forward: online softmax in exp2, fp32 accumulators, P in 16 bits",
 ))
