@@ -202,7 +202,7 @@ def attention_error_bound(oracle, *, block_n: int, n_blocks: int) -> np.ndarray:
     B, H, M, Dv = oracle.out.shape
     N = oracle.p.shape[-1]
     out = np.zeros((B, H, M, Dv))
-    if M == 0 or Dv == 0:
+    if M == 0 or Dv == 0 or N == 0:
         return out
     r_all = np.nan_to_num(np.abs(oracle.out), nan=0.0, posinf=0.0)
     o_star = np.nan_to_num(np.abs(oracle.approx), nan=0.0, posinf=0.0)
