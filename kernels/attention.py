@@ -424,19 +424,21 @@ _GPU_TABLE = {
                     256: (32, 16, 4, 1)},
 }
 _INTERPRET_BLOCK = 32  # the interpreter's cost is per operation: few, large blocks
+_INTERPRET_LONG = (1024, 128)  # from this many keys on, 128-key blocks (the long-row cases stay cheap)
 # Decode tiles (packed GQA rows, few of them): a short M tile, keys in wide blocks.
 _DECODE_BLOCK_M = 16
 
 
-def attn_config(d: int, dtype: torch.dtype, *, dv: int | None = None, block_m: int | None = None,
+def attn_config(d: int, dtype: torch.dtype, *, dv: int | None = None, n: int = 0, block_m: int | None = None,
                 block_n: int | None = None, num_warps: int | None = None,
                 num_stages: int | None = None) -> AttnConfig:
-    """Block sizes for head dims d (q, k) and dv (v, default d) and dtype; keyword overrides win
-    (powers of two >= 16)."""
+    """Block sizes for head dims d (q, k) and dv (v, default d), key length n and dtype; keyword
+    overrides win (powers of two >= 16)."""
     bd = max(16, triton.next_power_of_2(d))
     bdv = max(16, triton.next_power_of_2(dv if dv is not None else d))
     if INTERPRET:
-        bm, bn, w, st = _INTERPRET_BLOCK, _INTERPRET_BLOCK, 4, 1
+        bn = _INTERPRET_LONG[1] if n >= _INTERPRET_LONG[0] else _INTERPRET_BLOCK
+        bm, w, st = _INTERPRET_BLOCK, 4, 1
     else:
         bm, bn, w, st = _GPU_TABLE[dtype][max(bd, bdv)]
     cfg = AttnConfig(block_m or bm, block_n or bn, bd, num_warps or w, num_stages or st, bdv)
@@ -651,7 +653,7 @@ def _launch(q4, k4, v4, o4, lse3, *, batch: int, m_max: int, n_max: int, cu_q, c
         right = 0
     pack = (group > 1 and m_max < _DECODE_BLOCK_M * 2) if pack_gqa is None else bool(pack_gqa) and group > 1
     rows = m_max * group if pack else m_max
-    cfg = attn_config(D, dtype, dv=Dv, block_m=block_m or (_DECODE_BLOCK_M if pack and not INTERPRET else None),
+    cfg = attn_config(D, dtype, dv=Dv, n=n_max, block_m=block_m or (_DECODE_BLOCK_M if pack and not INTERPRET else None),
                       block_n=block_n, num_warps=num_warps, num_stages=num_stages)
     m_tiles = triton.cdiv(rows, cfg.block_m)
     heads = Hkv if pack else Hq
