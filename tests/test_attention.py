@@ -68,13 +68,14 @@ def test_metamorphic(spec: KernelSpec, dtype: torch.dtype, data: st.DataObject) 
         check(spec, name, case)
 
 
-def _fixed_case(dtype: torch.dtype, *, b=2, h=2, m=5, n=7, d=8, causal=False, kv_lens=None) -> Case:
+def _fixed_case(dtype: torch.dtype, *, b=2, h=2, hkv=None, m=5, n=7, d=8, causal=False, kv_lens=None,
+                **options) -> Case:
     g = torch.Generator().manual_seed(0)
-    t = [torch.randn(b, h, s, d, generator=g).to(dtype).to(DEVICE) for s in (m, n, n)]
+    t = [torch.randn(b, hh, s, d, generator=g).to(dtype).to(DEVICE) for hh, s in ((h, m), (hkv or h, n), (hkv or h, n))]
     tensors = {"q": t[0], "k": t[1], "v": t[2]}
     if kv_lens is not None:
         tensors["kv_lens"] = torch.tensor(kv_lens, dtype=torch.int32, device=DEVICE)
-    return Case(tensors=tensors, kwargs={"causal": causal, "scale": None}, label="fixed")
+    return Case(tensors=tensors, kwargs={"causal": causal, "scale": None, **options}, label="fixed")
 
 
 def test_bad_input_raises(spec: KernelSpec, dtype: torch.dtype) -> None:
@@ -87,12 +88,24 @@ SPECIAL_CASES = {
     "causal_m_gt_n": dict(m=9, n=4, causal=True),
     "causal_m_lt_n": dict(m=3, n=9, causal=True),
     "single_key": dict(n=1),
+    # features (NUMERICS.md s. 4 item 14): skipped for a kernel that does not declare them
+    "bottom_right_m_gt_n_empties_rows": dict(m=9, n=4, causal=True, causal_align="bottom_right"),
+    "window_0_0": dict(window=(0, 0)),
+    "window_wider_than_n_bottom_right": dict(window=(20, 20), causal_align="bottom_right", kv_lens=[3, 7]),
+    "softcap_far_below": dict(softcap=0.01),
+    "gqa_group_3": dict(h=6, hkv=2, m=3),
+    "split_empty_and_more_splits_than_blocks": dict(kv_lens=[0, 7], num_splits=5),
 }
+_SPECIAL_NEEDS = {"window": "window", "softcap": "softcap", "num_splits": "splits", "hkv": "gqa"}
 
 
 @pytest.mark.parametrize("which", sorted(SPECIAL_CASES))
 def test_special_cases(spec: KernelSpec, dtype: torch.dtype, which: str) -> None:
-    case = _fixed_case(dtype, **SPECIAL_CASES[which])
+    opts = SPECIAL_CASES[which]
+    lacking = [f for key, f in _SPECIAL_NEEDS.items() if key in opts and not spec.has(f)]
+    if lacking or opts.get("causal_align", "top_left") not in spec.causal_align:
+        pytest.skip(f"{spec.name} does not declare {lacking or opts['causal_align']}")
+    case = _fixed_case(dtype, **opts)
     for name in CORE_PROPERTIES + ("ones_v", "hidden_and_layout_invariance"):
         check(spec, name, case)
 
