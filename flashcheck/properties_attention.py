@@ -114,7 +114,8 @@ def _varlen_parts(spec: KernelSpec, case: Case, out: torch.Tensor, lse: torch.Te
         q, k, v = (x.transpose(0, 1)[None] for x in (t["q"][sl_q], t["k"][sl_k], t["v"][sl_k]))
         o = out[sl_q].transpose(0, 1)[None]
         lb = lse[:, sl_q][None] if lse is not None else None
-        bn, nb = blocking(spec, q.shape[-1], k.shape[2], q.dtype, kw)
+        # the launch is sized for the longest sequence: its blocking (conservative for this one)
+        bn, nb = blocking(spec, q.shape[-1], max(int(case.kwargs["max_seqlen_k"]), k.shape[2]), q.dtype, kw)
         parts.append(Outcome(q, k, v, kw, o, lb, fmt, bn, nb, spec.lse_empty))
     return parts
 
