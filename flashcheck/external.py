@@ -149,9 +149,19 @@ CAPABILITIES: dict[str, tuple[str, Callable[[Any], Any], tuple[str, ...], str]] 
     "custom_scale": ("custom_scale", _bool, ("attention",), "it takes scale="),
     "row_sum": ("row_sum", _choice("rounded_p", "fp32_p"), ("attention",),
                 "row sum from the 16-bit P (V of ones exact) or the fp32 P (within 1 ulp)"),
-    "empty_row_lse": ("empty_row_lse", _empty_lse, ("attention",),
+    "empty_row_lse": ("lse_empty", _empty_lse, ("attention",),
                       "lse of a row with no visible key: -inf (torch) or +inf (FlashAttention 2)"),
     "block_n": ("block_n", _positive_int, ("attention",), "its key block: the bound's blocking"),
+    "bitwise_invariant": ("bitwise_invariant", _bool, ("attention",),
+                          "same bits for any layout and query order (checked bitwise when declared)"),
+    "lse_empty": ("lse_empty", _empty_lse, ("attention",), "same as empty_row_lse"),
+    **{f: (f, _bool, ("attention",), what) for f, what in (
+        ("gqa", "Hq a multiple of Hkv (GQA/MQA)"), ("dv", "v's head dim may differ from q/k's"),
+        ("window", "window=(left, right)"), ("softcap", "softcap=c"), ("lse", "return_lse=True gives (o, lse)"),
+        ("attn_mask", "attn_mask= (bool or float bias)"), ("splits", "num_splits="),
+        ("varlen", "a packed entry point, given as varlen_fn"))},
+    "varlen_fn": ("varlen_fn", _callable, ("attention",),
+                  "fn(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q, max_seqlen_k, ...)"),
 }
 
 
@@ -284,7 +294,7 @@ def load_kernel(target: str, family: str | None = None, *, overrides: Mapping[st
         raise KernelLoadError(f"kernel {label}:{attr}: its `flashcheck` attribute is "
                               f"{type(caps).__name__}, not a dict")
     # Nothing is promised that the author did not declare: no input validation by default.
-    kwargs = apply_capabilities({"validates_input": False}, caps, family, f"{label}:{attr}.flashcheck")
+    kwargs = apply_capabilities({"validates_input": False, "bitwise_invariant": False}, caps, family, f"{label}:{attr}.flashcheck")
     kwargs = apply_capabilities(kwargs, overrides or {}, family, "command line")
     stem = Path(where).stem if is_file else where.rsplit(".", 1)[-1]
     kwargs["extra"] = {**kwargs.get("extra", {}), "target": target}

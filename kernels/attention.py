@@ -1,33 +1,48 @@
 """Fused attention forward in Triton: O = softmax(scale * Q K^T + mask) V.
 
 Semantics (NUMERICS.md sections 1-2):
-- q (B, H, M, D), k and v (B, H, N, D), any strides (BHSD, BSHD views, slices, offsets);
-  fp16, bf16 or fp32; the output has q's dtype and a fresh contiguous BHSD layout.
-- causal: query i sees keys j <= i (top-left aligned, as SDPA's is_causal=True), also for M != N.
-- kv_lens (B,) integer: keys j >= kv_lens[b] do not exist for batch b. Their K and V lanes are
-  loaded as 0 (masked loads) and their scores forced to -inf with `tl.where`, so NaN or garbage
-  stored there never reaches the output (no 0 * NaN).
-- A query row that sees no key (kv_lens[b] == 0, or N == 0) gives an output row of exact zeros.
+- q (B, Hq, M, D), k (B, Hkv, N, D), v (B, Hkv, N, Dv), any strides (BHSD, BSHD views, slices,
+  offsets); fp16, bf16 or fp32; the output has q's dtype and a fresh contiguous (B, Hq, M, Dv)
+  layout. GQA/MQA: Hq % Hkv == 0, query head h reads key/value head h // (Hq // Hkv).
+  `attention_varlen` takes packed sequences (cu_seqlens, int32) through the same kernel: each
+  program reads its sequence's offsets, nothing crosses a boundary.
+- Visibility: key j of row i exists when j < n (n = kv_lens[b] or N; the sequence's length in
+  varlen) and is seen when i + off - left <= j <= i + off + right, off = 0 (top-left) or n - M
+  (bottom-right), left/right = -1 unlimited, causal = right 0; attn_mask (bool: True takes part;
+  float: an additive bias, -inf hides) on top. Absent keys' K and V lanes are loaded as 0
+  (masked loads) and every hidden score is forced to -inf with `tl.where`, so NaN or garbage
+  stored past n, past N or in another sequence never reaches the output (no 0 * NaN).
+- A query row that sees no key gives an output row of exact zeros and lse = -inf.
 - NaN in a visible key gives NaN in every row that sees it; NaN in a visible value gives NaN in
-  its column of every row that sees it. Under causal masking a NaN stored in V[j] of a key that
-  exists (j < kv_len) can also reach rows i < j of the same key block (0 * NaN in P @ V): the key
-  is there, only hidden from that row, and every flash-style kernel (and SDPA's math path) does
-  the same. Infinite Q/K inputs are not supported (rows whose every visible score is -inf give 0).
+  its column of every row that sees it. A NaN stored in V[j] of a key that exists but is hidden
+  from some rows (causal, window, attn_mask) can also reach those rows when they share its key
+  block (0 * NaN in P @ V): every flash-style kernel (and SDPA's math path) does the same.
+  Infinite Q/K inputs are not supported (rows whose every visible score is -inf give 0).
 
 Arithmetic (the error model of `oracles.bounds.attention_error_bound`):
 - scale: the value used is fl32(scale) (default fl32(1/sqrt(D))); log2(e) is folded in once,
   qk_scale = fl32(fl32(scale) * log2 e), and the online softmax works in base 2 (exp2).
+- softcap c: t = tanh(s * fl32(sc / c)) * fl32(c log2 e), tanh from exp2 (`_tanh`, <= 12u
+  relative); the bias of a float attn_mask is added as fl(bias * log2 e).
 - scores: one tl.dot per (query block, key block) over the whole head dim (D padded to a power
   of two with masked zero lanes: scores are never recomputed per output-column tile), fp32
   accumulation. fp16/bf16 products are exact in fp32. fp32 inputs use input_precision="ieee"
   (no tf32: the bound would have to be 2^-11 relative on the scores).
 - online softmax: running max m, running sum l, fp32 accumulator; the rescale is -inf safe:
   while a row has seen only masked keys its max is -inf and the exponent reference is 0, so
-  exp2(-inf - -inf) never happens.
+  exp2(-inf - -inf) never happens. Only key blocks some row of the tile can see are visited
+  (windows and causal skip the rest); blocks every row sees entirely skip the masks.
 - P is rounded to the 16-bit input dtype before P @ V for fp16/bf16 (P fp32 for fp32 inputs), and
   the row sum l is accumulated from that rounded P: the output is then an exact convex
   combination of V rows with the rounded weights, up to fp32 accumulation (V of all ones gives
-  exactly 1 in fp16/bf16), and the P rounding error is u16 * sum_j p_j |v_j - o|.
+  exactly 1 in fp16/bf16), and the P rounding error is u16 * sum_j p_j |v_j - o|. The lse uses a
+  second row sum of the unrounded P (only when asked): lse = (m + log2 l32) ln 2.
+- split-KV: split s covers whole key blocks [s K, (s + 1) K) and writes its unnormalised state
+  (acc, m, l) in fp32; the merge kernel combines them exactly as the online softmax combines
+  blocks (one more rescale per split), -inf safe for empty splits. The key blocking is the same
+  as without splits, so the bound only grows by the extra rescales.
+- GQA packing (decode): with a short M, one program takes every query head of a group (rows =
+  (head, query) pairs), so K and V are read once per group; the tile may straddle heads.
 - o = acc / l, rounded once to the output dtype.
 
 Interpreter (CPU): `tl.dot` on bf16 is broken there (triton #11584) and the interpreter's bf16
@@ -46,7 +61,8 @@ import numpy as np
 import torch
 
 from ._common import (
-    DEVICE, INTERPRET, LOG2E, bf16_as_bits, check_float, kernel_view, load_f32_zero, store_f32, tl, triton,
+    DEVICE, INTERPRET, LOG2E, bf16_as_bits, check_device, check_float, kernel_view, load_f32_zero, store_f32, tl,
+    triton,
 )
 
 MAX_HEAD_DIM = 256
@@ -55,6 +71,24 @@ MAX_HEAD_DIM = 256
 # --------------------------------------------------------------------------------------------
 # The kernel
 # --------------------------------------------------------------------------------------------
+
+# Cephes tanhf: odd polynomial for |x| < 0.625 (relative error ~2.2 ulp), 1 - 2 / (e^2x + 1) above
+# (no cancellation there: tanh >= 0.55). libdevice.tanh would do on the GPU but the interpreter
+# has none; this one serves both and its error (<= 12u relative) is in the bound.
+_TANH_SPLIT = tl.constexpr(0.625)
+_TWO_LOG2E = tl.constexpr(2.0 * LOG2E)
+
+
+@triton.jit
+def _tanh(x):
+    ax = tl.abs(x)
+    z = ax * ax
+    small = ((((-5.70498872745e-3 * z + 2.06390887954e-2) * z - 5.37397155531e-2) * z
+              + 1.33314422036e-1) * z - 3.33332819422e-1) * z * ax + ax
+    big = 1.0 - 2.0 / (tl.math.exp2(ax * _TWO_LOG2E) + 1.0)
+    t = tl.where(ax < _TANH_SPLIT, small, big)
+    return tl.where(x < 0, -t, t)  # NaN stays NaN
+
 
 @triton.jit
 def _round_bf16_in_f32(x):
@@ -80,32 +114,51 @@ def _load_tile(ptrs, mask, HAS_MASK: tl.constexpr, BF16_BITS: tl.constexpr):
 
 @triton.jit
 def _attn_block(
-    acc, l_i, m_i, q, k_ptrs, v_ptrs, start_n, skn, svn, offs_m, offs_n, n_valid, d_mask,
-    qk_scale,
-    MASKED: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
-    BF16_BITS: tl.constexpr, IS_FP32: tl.constexpr, ROWSUM_P32: tl.constexpr,
+    acc, l_i, l32, m_i, q, k_ptrs, v_ptrs, mask_ptrs, start_n, skn, svn, smn,
+    pos_m, row_ok, offs_n, n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out,
+    MASKED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
+    MASK_KIND: tl.constexpr, MASK_BF16_BITS: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+    BF16_BITS: tl.constexpr, IS_FP32: tl.constexpr, ROWSUM_P32: tl.constexpr, RETURN_LSE: tl.constexpr,
 ):
     """One key block of the online softmax. MASKED: the block holds keys past kv_len/N or keys
-    hidden by the causal mask (the diagonal); unmasked blocks skip the key masks entirely."""
+    some row of the tile does not see (window/causal edges, attn_mask); unmasked blocks skip the
+    key masks entirely. Row i sees key j iff j < n_valid, j >= pos_i + lo_off (HAS_LEFT) and
+    j <= pos_i + hi_off (HAS_RIGHT), and attn_mask allows it."""
     cols = start_n + offs_n
     if MASKED:
         key_ok = cols < n_valid
         kmask = key_ok[None, :] & d_mask[:, None]
-        vmask = key_ok[:, None] & d_mask[None, :]
+        vmask = key_ok[:, None] & dv_mask[None, :]
     else:
         kmask = d_mask[:, None]
-        vmask = d_mask[None, :]
+        vmask = dv_mask[None, :]
     # K^T tile (BLOCK_D, BLOCK_N): hidden key lanes read 0, never the stored (maybe NaN) data.
     kt = _load_tile(k_ptrs + tl.cast(start_n, tl.int64) * skn, kmask, MASKED or not EVEN_D, BF16_BITS)
     if IS_FP32:
         s = tl.dot(q, kt, input_precision="ieee")
     else:
         s = tl.dot(q, kt)
-    s = s * qk_scale  # log2 units
+    if SOFTCAP:  # c tanh(sc s / c), in log2 units: tanh(s * fl(sc/c)) * fl(c log2 e)
+        s = _tanh(s * cap_in) * cap_out
+    else:
+        s = s * qk_scale  # log2 units
+    if MASK_KIND == 2:  # additive bias, after scale and softcap
+        if MASKED:
+            bmask = row_ok[:, None] & key_ok[None, :]
+        else:
+            bmask = row_ok[:, None]
+        bias = load_f32_zero(mask_ptrs + tl.cast(start_n, tl.int64) * smn, bmask, MASK_BF16_BITS)
+        s = s + bias * 1.4426950408889634
     if MASKED:
         vis = (cols < n_valid)[None, :]
-        if CAUSAL:
-            vis = vis & (cols[None, :] <= offs_m[:, None])
+        if HAS_LEFT:
+            vis = vis & (cols[None, :] >= pos_m[:, None] + lo_off)
+        if HAS_RIGHT:
+            vis = vis & (cols[None, :] <= pos_m[:, None] + hi_off)
+        if MASK_KIND == 1:
+            keep = tl.load(mask_ptrs + tl.cast(start_n, tl.int64) * smn, mask=row_ok[:, None] & key_ok[None, :],
+                           other=0)
+            vis = vis & (keep != 0)
         s = tl.where(vis, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     # -inf safe: a row that has seen only masked keys keeps m = -inf; use 0 as its reference so
@@ -113,7 +166,7 @@ def _attn_block(
     m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = tl.math.exp2(m_i - m_ref)
     p = tl.math.exp2(s - m_ref[:, None])
-    v = _load_tile(v_ptrs + tl.cast(start_n, tl.int64) * svn, vmask, MASKED or not EVEN_D, BF16_BITS)
+    v = _load_tile(v_ptrs + tl.cast(start_n, tl.int64) * svn, vmask, MASKED or not EVEN_DV, BF16_BITS)
     if IS_FP32:
         pv_in = p
         p_sum = p
@@ -127,84 +180,219 @@ def _attn_block(
     if ROWSUM_P32:  # FlashAttention's convention: the row sum of the unrounded P (benchmarks only)
         p_sum = p
     l_i = l_i * alpha + tl.sum(p_sum, 1)
+    if RETURN_LSE:  # the log-sum-exp wants the unrounded weights
+        l32 = l32 * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None]
     if IS_FP32:
         acc = tl.dot(pv_in, v, acc, input_precision="ieee")
     else:
         acc = tl.dot(pv_in, v, acc)
-    return acc, l_i, m_new
+    return acc, l_i, l32, m_new
 
 
 @triton.jit
 def _attn_fwd_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr, kvlen_ptr,
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, kvlen_ptr, cuq_ptr, cuk_ptr, mask_ptr, m_part, l_part, l32_part,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod,
-    H, M, N, D, qk_scale,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    CAUSAL: tl.constexpr, HAS_KVLEN: tl.constexpr, BF16_BITS: tl.constexpr, IS_FP32: tl.constexpr,
-    EVEN_D: tl.constexpr, REVERSE_M: tl.constexpr, WIDE: tl.constexpr, ROWSUM_P32: tl.constexpr,
+    smb, smh, smm, smn, slb, slh, slm, spb, sph, spm,
+    HQ, HKV, GROUP, M, N, D, DV, qk_scale, cap_in, cap_out, LEFT, RIGHT, KEYS_PER_SPLIT, PART_O, PART_L,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BOTTOM_RIGHT: tl.constexpr, HAS_KVLEN: tl.constexpr,
+    VARLEN: tl.constexpr, SOFTCAP: tl.constexpr, MASK_KIND: tl.constexpr, MASK_BF16_BITS: tl.constexpr,
+    RETURN_LSE: tl.constexpr, SPLIT: tl.constexpr, PACK_GQA: tl.constexpr,
+    BF16_BITS: tl.constexpr, IS_FP32: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+    REVERSE_M: tl.constexpr, WIDE: tl.constexpr, ROWSUM_P32: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     if REVERSE_M:  # causal: the longest rows first, the cheap ones fill the tail
         pid_m = tl.num_programs(0) - 1 - pid_m
     pid_bh = tl.program_id(1)
-    b = (pid_bh // H).to(tl.int64)
-    h = (pid_bh % H).to(tl.int64)
-    start_m = pid_m * BLOCK_M
+    split = tl.program_id(2)
+    if PACK_GQA:  # one program per (batch, kv head): the tile's rows run over (group head, query)
+        b = (pid_bh // HKV).to(tl.int64)
+        hkv = (pid_bh % HKV).to(tl.int64)
+        h = hkv * GROUP
+    else:
+        b = (pid_bh // HQ).to(tl.int64)
+        h = (pid_bh % HQ).to(tl.int64)
+        hkv = h // GROUP
 
-    n_valid = N
+    # This sequence: queries [q0, q0 + m_len), keys [k0, k0 + n_len) of the packed tensors.
+    q0 = tl.zeros((), tl.int64)
+    k0 = tl.zeros((), tl.int64)
+    m_len = M
+    n_len = N
+    if VARLEN:
+        q0 = tl.load(cuq_ptr + b).to(tl.int64)
+        k0 = tl.load(cuk_ptr + b).to(tl.int64)
+        m_len = (tl.load(cuq_ptr + b + 1) - tl.load(cuq_ptr + b)).to(tl.int32)
+        n_len = (tl.load(cuk_ptr + b + 1) - tl.load(cuk_ptr + b)).to(tl.int32)
+        b = b * 0  # packed tensors have no batch dimension
+    n_valid = n_len
     if HAS_KVLEN:
-        n_valid = tl.minimum(tl.maximum(tl.load(kvlen_ptr + b).to(tl.int32), 0), N)
+        n_valid = tl.minimum(tl.maximum(tl.load(kvlen_ptr + b).to(tl.int32), 0), n_len)
+    rows_total = m_len
+    if PACK_GQA:
+        rows_total = m_len * GROUP
+    start_m = pid_m * BLOCK_M
+    if start_m >= rows_total:  # varlen: a short sequence in a grid sized for the longest
+        return
 
-    offs_m = start_m + tl.arange(0, BLOCK_M)
+    r = start_m + tl.arange(0, BLOCK_M)
+    row_ok = r < rows_total
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
     d_mask = offs_d < D
+    dv_mask = offs_dv < DV
 
     # 64-bit offsets: the scalar bases (batch, head, first row of the block, first key of a
     # block) are int64; in-tile offsets are int32 unless a stride is so large that (BLOCK - 1) *
     # stride could pass 2^31 (WIDE, decided by the launcher). Pointers are formed once; the key
     # loop only adds a scalar.
-    rm = tl.arange(0, BLOCK_M)
     rn = offs_n
     rd = offs_d
+    rdv = offs_dv
     if WIDE:
-        rm = rm.to(tl.int64)
         rn = rn.to(tl.int64)
         rd = rd.to(tl.int64)
-    row0 = start_m.to(tl.int64)
-    q_ptrs = q_ptr + (b * sqb + h * sqh + row0 * sqm) + (rm[:, None] * sqm + rd[None, :] * sqd)
-    k_ptrs = k_ptr + (b * skb + h * skh) + (rn[None, :] * skn + rd[:, None] * skd)
-    v_ptrs = v_ptr + (b * svb + h * svh) + (rn[:, None] * svn + rd[None, :] * svd)
-    q_mask = (offs_m < M)[:, None] & d_mask[None, :]
-    q = _load_tile(q_ptrs, q_mask, True, BF16_BITS)
+        rdv = rdv.to(tl.int64)
+    if PACK_GQA:
+        head_r = h + (r // m_len).to(tl.int64)
+        pos_m = tl.where(row_ok, r % m_len, 0)
+        q_rows = head_r * sqh + (q0 + pos_m.to(tl.int64)) * sqm
+        o_rows = head_r * soh + (q0 + pos_m.to(tl.int64)) * som
+        r0 = tl.min(tl.where(row_ok, pos_m, m_len), 0)
+        r1 = tl.max(tl.where(row_ok, pos_m, -1), 0)
+    else:
+        head_r = h + tl.zeros((BLOCK_M,), tl.int64)
+        pos_m = r
+        rm = tl.arange(0, BLOCK_M)
+        if WIDE:
+            rm = rm.to(tl.int64)
+        row0 = (q0 + start_m).to(tl.int64)
+        q_rows = h * sqh + row0 * sqm + rm * sqm
+        o_rows = h * soh + row0 * som + rm * som
+        r0 = start_m
+        r1 = tl.minimum(start_m + BLOCK_M, m_len) - 1
+    q_ptrs = q_ptr + b * sqb + (q_rows[:, None] + rd[None, :] * sqd)
+    k_ptrs = k_ptr + (b * skb + hkv * skh + k0 * skn) + (rn[None, :] * skn + rd[:, None] * skd)
+    v_ptrs = v_ptr + (b * svb + hkv * svh + k0 * svn) + (rn[:, None] * svn + rdv[None, :] * svd)
+    mask_ptrs = mask_ptr
+    if MASK_KIND != 0:
+        mask_ptrs = mask_ptr + b * smb + (head_r * smh + pos_m.to(tl.int64) * smm)[:, None] + rn[None, :] * smn
+    q = _load_tile(q_ptrs, row_ok[:, None] & d_mask[None, :], True, BF16_BITS)
 
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
-    acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+    l32 = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_DV), tl.float32)
 
-    # Key range: [0, hi). Blocks wholly below `full_end` need no key mask at all.
+    # Keys of the tile: [lo, hi); every row of the tile sees [full_lo, full_hi) (no key masks).
+    off = 0
+    if BOTTOM_RIGHT:  # the diagonal ends at the last key: query i is aligned with key i + n - m
+        off = n_valid - m_len
+    lo_off = off - LEFT
+    hi_off = off + RIGHT
+    lo = 0
     hi = n_valid
-    full_lim = n_valid
-    if CAUSAL:
-        row_end = tl.minimum(start_m + BLOCK_M, M)  # last row of the block + 1
-        hi = tl.minimum(n_valid, row_end)
-        full_lim = tl.minimum(n_valid, start_m + 1)  # keys every row of the block sees
-    full_end = (full_lim // BLOCK_N) * BLOCK_N
-    for start_n in range(0, full_end, BLOCK_N):
-        acc, l_i, m_i = _attn_block(
-            acc, l_i, m_i, q, k_ptrs, v_ptrs, start_n, skn, svn, offs_m, offs_n, n_valid, d_mask, qk_scale,
-            False, CAUSAL, EVEN_D, BF16_BITS, IS_FP32, ROWSUM_P32)
-    for start_n in range(full_end, hi, BLOCK_N):
-        acc, l_i, m_i = _attn_block(
-            acc, l_i, m_i, q, k_ptrs, v_ptrs, start_n, skn, svn, offs_m, offs_n, n_valid, d_mask, qk_scale,
-            True, CAUSAL, EVEN_D, BF16_BITS, IS_FP32, ROWSUM_P32)
+    full_lo = 0
+    full_hi = n_valid
+    if HAS_LEFT:
+        lo = tl.maximum(r0 + lo_off, 0)
+        full_lo = tl.maximum(r1 + lo_off, 0)
+    if HAS_RIGHT:
+        hi = tl.maximum(tl.minimum(n_valid, r1 + hi_off + 1), 0)
+        full_hi = tl.maximum(tl.minimum(n_valid, r0 + hi_off + 1), 0)
+    if SPLIT:  # this program's share of the keys: whole blocks, so the blocking is unchanged
+        s_lo = split * KEYS_PER_SPLIT
+        lo = tl.maximum(lo, s_lo)
+        hi = tl.minimum(hi, s_lo + KEYS_PER_SPLIT)
+        full_lo = tl.maximum(full_lo, s_lo)
+        full_hi = tl.minimum(full_hi, s_lo + KEYS_PER_SPLIT)
+    if MASK_KIND == 1:  # a boolean mask may hide any key: every block takes the masked path
+        full_hi = 0
+    lo_b = (lo // BLOCK_N) * BLOCK_N
+    e1 = tl.minimum(tl.maximum(((full_lo + BLOCK_N - 1) // BLOCK_N) * BLOCK_N, lo_b), hi)
+    f2 = tl.maximum((full_hi // BLOCK_N) * BLOCK_N, e1)
+    for start_n in range(lo_b, e1, BLOCK_N):
+        acc, l_i, l32, m_i = _attn_block(
+            acc, l_i, l32, m_i, q, k_ptrs, v_ptrs, mask_ptrs, start_n, skn, svn, smn, pos_m, row_ok, offs_n,
+            n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out,
+            True, HAS_LEFT, HAS_RIGHT, SOFTCAP, MASK_KIND, MASK_BF16_BITS, EVEN_D, EVEN_DV,
+            BF16_BITS, IS_FP32, ROWSUM_P32, RETURN_LSE)
+    for start_n in range(e1, f2, BLOCK_N):
+        acc, l_i, l32, m_i = _attn_block(
+            acc, l_i, l32, m_i, q, k_ptrs, v_ptrs, mask_ptrs, start_n, skn, svn, smn, pos_m, row_ok, offs_n,
+            n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out,
+            False, HAS_LEFT, HAS_RIGHT, SOFTCAP, MASK_KIND, MASK_BF16_BITS, EVEN_D, EVEN_DV,
+            BF16_BITS, IS_FP32, ROWSUM_P32, RETURN_LSE)
+    for start_n in range(f2, hi, BLOCK_N):
+        acc, l_i, l32, m_i = _attn_block(
+            acc, l_i, l32, m_i, q, k_ptrs, v_ptrs, mask_ptrs, start_n, skn, svn, smn, pos_m, row_ok, offs_n,
+            n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out,
+            True, HAS_LEFT, HAS_RIGHT, SOFTCAP, MASK_KIND, MASK_BF16_BITS, EVEN_D, EVEN_DV,
+            BF16_BITS, IS_FP32, ROWSUM_P32, RETURN_LSE)
 
-    # Rows that saw no key have l == 0 and acc == 0: exact zeros. NaN rows keep NaN (NaN != 0).
-    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
-    o = acc / l_safe[:, None]
-    o_ptrs = o_ptr + (b * sob + h * soh + row0 * som) + (rm[:, None] * som + rd[None, :] * sod)
-    store_f32(o_ptrs, o, q_mask, BF16_BITS)
+    o_mask = row_ok[:, None] & dv_mask[None, :]
+    lse_rows = b * slb + head_r * slh + (q0 + pos_m.to(tl.int64)) * slm
+    if SPLIT:
+        # The partial state (acc, m, l) of this split, unnormalised, fp32; the merge kernel
+        # combines the splits as the online softmax combines blocks.
+        part_rows = b * spb + head_r * sph + (q0 + pos_m.to(tl.int64)) * spm + split.to(tl.int64) * PART_L
+        tl.store(m_part + part_rows, m_i, mask=row_ok)
+        tl.store(l_part + part_rows, l_i, mask=row_ok)
+        if RETURN_LSE:
+            tl.store(l32_part + part_rows, l32, mask=row_ok)
+        a_ptrs = o_ptr + split.to(tl.int64) * PART_O + b * sob + (o_rows[:, None] + rdv[None, :] * sod)
+        tl.store(a_ptrs, acc, mask=o_mask)
+    else:
+        # Rows that saw no key have l == 0 and acc == 0: exact zeros. NaN rows keep NaN (NaN != 0).
+        l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+        o = acc / l_safe[:, None]
+        store_f32(o_ptr + b * sob + (o_rows[:, None] + rdv[None, :] * sod), o, o_mask, BF16_BITS)
+        if RETURN_LSE:
+            lse = tl.where(l32 == 0.0, float("-inf"), (m_i + tl.math.log2(l32)) * 0.6931471805599453)
+            tl.store(lse_ptr + lse_rows, lse, mask=row_ok)
+
+
+@triton.jit
+def _attn_merge_kernel(
+    acc_part, m_part, l_part, l32_part, o_ptr, lse_ptr, ROWS, DV, SPLITS, PART_O, PART_L, LSE_H, sl_t, sl_h,
+    BLOCK_R: tl.constexpr, BLOCK_DV: tl.constexpr, RETURN_LSE: tl.constexpr, BF16_BITS: tl.constexpr,
+):
+    """Combine the splits' (acc, m, l) of each output row: the online softmax's rescale, one more
+    step per split, -inf safe (a split whose keys are all masked has m = -inf, l = 0, acc = 0
+    and contributes nothing; a row whose every split is empty gives zeros and lse = -inf).
+    Rows are o's rows (o contiguous, DV innermost); row r's lse lives at
+    (r // LSE_H) * sl_t + (r % LSE_H) * sl_h."""
+    pid = tl.program_id(0)
+    rr = pid.to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = rr < ROWS
+    cols = tl.arange(0, BLOCK_DV)
+    o_mask = row_ok[:, None] & (cols < DV)[None, :]
+    m_run = tl.full((BLOCK_R,), float("-inf"), tl.float32)
+    l_run = tl.zeros((BLOCK_R,), tl.float32)
+    l32_run = tl.zeros((BLOCK_R,), tl.float32)
+    acc = tl.zeros((BLOCK_R, BLOCK_DV), tl.float32)
+    for s in range(0, SPLITS):
+        si = tl.cast(s, tl.int64)
+        m_s = tl.load(m_part + si * PART_L + rr, mask=row_ok, other=float("-inf"))
+        m_new = tl.maximum(m_run, m_s)
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.math.exp2(m_run - m_ref)
+        beta = tl.math.exp2(m_s - m_ref)
+        l_run = l_run * alpha + tl.load(l_part + si * PART_L + rr, mask=row_ok, other=0.0) * beta
+        if RETURN_LSE:
+            l32_run = l32_run * alpha + tl.load(l32_part + si * PART_L + rr, mask=row_ok, other=0.0) * beta
+        a_s = tl.load(acc_part + si * PART_O + rr[:, None] * DV + cols[None, :], mask=o_mask, other=0.0)
+        acc = acc * alpha[:, None] + a_s * beta[:, None]
+        m_run = m_new
+    l_safe = tl.where(l_run == 0.0, 1.0, l_run)
+    store_f32(o_ptr + rr[:, None] * DV + cols[None, :], acc / l_safe[:, None], o_mask, BF16_BITS)
+    if RETURN_LSE:
+        lse = tl.where(l32_run == 0.0, float("-inf"), (m_run + tl.math.log2(l32_run)) * 0.6931471805599453)
+        tl.store(lse_ptr + (rr // LSE_H) * sl_t + (rr % LSE_H) * sl_h, lse, mask=row_ok)
 
 
 # --------------------------------------------------------------------------------------------
@@ -218,13 +406,14 @@ class AttnConfig:
     block_d: int
     num_warps: int
     num_stages: int
+    block_dv: int = 0  # 0: the same as block_d
 
 
 # GPU table keyed on (dtype, padded head dim): (BLOCK_M, BLOCK_N, num_warps, num_stages), from
 # sweeps on an H200 (reports/bench_attention.py --sweep, S = 4096; TFLOP/s non-causal/causal):
 # fp16 D64 (128, 64, 8, 3) 356/318; fp16 D128 (128, 128, 8, 3) 432/376; bf16 D64 (64, 64, 4, 3)
 # 321/277 (the (128, 64, 8, 3) tile: 299/255); bf16 D128 (128, 128, 8, 3) 378/333. D <= 32 and
-# D = 256 were not swept.
+# D = 256 were not swept. With Dv != D the larger of the two picks the row.
 _GPU_TABLE = {
     torch.float16: {16: (128, 64, 8, 3), 32: (128, 64, 8, 3), 64: (128, 64, 8, 3), 128: (128, 128, 8, 3),
                     256: (64, 64, 4, 2)},
@@ -235,17 +424,24 @@ _GPU_TABLE = {
                     256: (32, 16, 4, 1)},
 }
 _INTERPRET_BLOCK = 32  # the interpreter's cost is per operation: few, large blocks
+_INTERPRET_LONG = (1024, 128)  # from this many keys on, 128-key blocks (the long-row cases stay cheap)
+# Decode tiles (packed GQA rows, few of them): a short M tile, keys in wide blocks.
+_DECODE_BLOCK_M = 16
 
 
-def attn_config(d: int, dtype: torch.dtype, *, block_m: int | None = None, block_n: int | None = None,
-                num_warps: int | None = None, num_stages: int | None = None) -> AttnConfig:
-    """Block sizes for head dim d and dtype; keyword overrides win (powers of two >= 16)."""
+def attn_config(d: int, dtype: torch.dtype, *, dv: int | None = None, n: int = 0, block_m: int | None = None,
+                block_n: int | None = None, num_warps: int | None = None,
+                num_stages: int | None = None) -> AttnConfig:
+    """Block sizes for head dims d (q, k) and dv (v, default d), key length n and dtype; keyword
+    overrides win (powers of two >= 16)."""
     bd = max(16, triton.next_power_of_2(d))
+    bdv = max(16, triton.next_power_of_2(dv if dv is not None else d))
     if INTERPRET:
-        bm, bn, w, st = _INTERPRET_BLOCK, _INTERPRET_BLOCK, 4, 1
+        bn = _INTERPRET_LONG[1] if n >= _INTERPRET_LONG[0] else _INTERPRET_BLOCK
+        bm, w, st = _INTERPRET_BLOCK, 4, 1
     else:
-        bm, bn, w, st = _GPU_TABLE[dtype][bd]
-    cfg = AttnConfig(block_m or bm, block_n or bn, bd, num_warps or w, num_stages or st)
+        bm, bn, w, st = _GPU_TABLE[dtype][max(bd, bdv)]
+    cfg = AttnConfig(block_m or bm, block_n or bn, bd, num_warps or w, num_stages or st, bdv)
     for name in ("block_m", "block_n"):
         val = getattr(cfg, name)
         if val < 16 or val & (val - 1):
@@ -253,8 +449,22 @@ def attn_config(d: int, dtype: torch.dtype, *, block_m: int | None = None, block
     return cfg
 
 
+def _sm_count() -> int:
+    return torch.cuda.get_device_properties(DEVICE).multi_processor_count
+
+
+def auto_splits(programs: int, n: int, block_n: int) -> int:
+    """Split-KV for decode-shaped problems on the GPU (FlashAttention's num_splits=0): enough
+    splits to give every SM about two programs, each split at least 4 key blocks. 1 under the
+    interpreter (no SMs to fill)."""
+    if INTERPRET or programs <= 0:
+        return 1
+    want = math.ceil(2 * _sm_count() / programs)
+    return max(1, min(want, n // (4 * block_n), 128))
+
+
 # --------------------------------------------------------------------------------------------
-# Validation and the public function
+# Validation and the public functions
 # --------------------------------------------------------------------------------------------
 
 def effective_scale(scale: float | None, head_dim: int) -> float:
@@ -264,35 +474,99 @@ def effective_scale(scale: float | None, head_dim: int) -> float:
     return float(np.float32(s))
 
 
-def _check_inputs(q, k, v, causal, scale, kv_lens) -> None:
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        check_float(name, t)
-        if t.dim() != 4:
-            raise ValueError(f"{name} must be 4-D (B, H, seq, D), got {t.dim()}-D with shape {tuple(t.shape)}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
-    B, H, M, D = q.shape
-    if tuple(k.shape) != tuple(v.shape):
-        raise ValueError(f"k and v must have the same shape (B, H, N, D), got {tuple(k.shape)} and {tuple(v.shape)}")
-    if k.shape[0] != B or k.shape[1] != H:
-        raise ValueError(f"batch/heads differ: q {tuple(q.shape)}, k {tuple(k.shape)} (no broadcasting, no GQA)")
-    if k.shape[3] != D:
-        raise ValueError(f"head dims differ: q has D={D}, k/v have D={k.shape[3]}")
-    if not 1 <= D <= MAX_HEAD_DIM:
-        raise ValueError(f"head dim D={D} is not supported; 1 <= D <= {MAX_HEAD_DIM}")
-    if max(M, k.shape[2]) >= 2**31 or B * H >= 2**31:
-        raise ValueError("sequence lengths and B*H must be below 2^31")
+def effective_softcap(softcap: float) -> float:
+    """The cap the kernel uses: fl32(softcap) (0: no cap)."""
+    return float(np.float32(float(softcap)))
+
+
+CAUSAL_ALIGNS = ("top_left", "bottom_right")
+
+
+def _is_real(x) -> bool:
+    return not isinstance(x, bool) and isinstance(x, (int, float, np.floating, np.integer))
+
+
+def _is_int(x) -> bool:
+    return not isinstance(x, (bool, np.bool_)) and isinstance(x, (int, np.integer))
+
+
+def normalize_window(window) -> tuple[int, int]:
+    """window=(left, right) as two ints >= -1 (-1: unlimited); None is (-1, -1)."""
+    if window is None:
+        return -1, -1
+    if not isinstance(window, (tuple, list)) or len(window) != 2 or not all(_is_int(w) for w in window):
+        raise TypeError(f"window must be None or a pair of ints (left, right), got {window!r}")
+    left, right = int(window[0]), int(window[1])
+    if left < -1 or right < -1:
+        raise ValueError(f"window values must be >= -1 (-1: unlimited), got {(left, right)}")
+    return left, right
+
+
+def _check_options(causal, scale, window, softcap, causal_align, return_lse, num_splits) -> None:
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal must be a bool, not {type(causal).__name__}")
     if scale is not None:
-        if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating, np.integer)):
+        if not _is_real(scale):
             raise TypeError(f"scale must be a real number or None, not {type(scale).__name__}")
         if not math.isfinite(float(scale)):
             raise ValueError(f"scale must be finite, got {scale}")
         if not math.isfinite(float(np.float32(float(scale)))):
             raise ValueError(f"scale {scale} overflows fp32")
+    normalize_window(window)
+    if not _is_real(softcap):
+        raise TypeError(f"softcap must be a real number, not {type(softcap).__name__}")
+    c = float(softcap)
+    if not c >= 0 or not math.isfinite(c):
+        raise ValueError(f"softcap must be finite and >= 0 (0: no cap), got {softcap}")
+    if c > 0 and not (0 < effective_softcap(c) < math.inf):
+        raise ValueError(f"softcap {softcap} is not representable in fp32 (it would be 0 or inf)")
+    if causal_align not in CAUSAL_ALIGNS:
+        raise ValueError(f"causal_align must be one of {CAUSAL_ALIGNS}, got {causal_align!r}")
+    if not isinstance(return_lse, (bool, np.bool_)):
+        raise TypeError(f"return_lse must be a bool, not {type(return_lse).__name__}")
+    if not _is_int(num_splits):
+        raise TypeError(f"num_splits must be an int (0: automatic), not {type(num_splits).__name__}")
+    if num_splits < 0:
+        raise ValueError(f"num_splits must be >= 0 (0: automatic), got {num_splits}")
+
+
+def _check_qkv(q, k, v, rank: int, layout: str) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_float(name, t)
+        if t.dim() != rank:
+            raise ValueError(f"{name} must be {rank}-D {layout}, got {t.dim()}-D with shape {tuple(t.shape)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+
+
+def _check_heads(hq: int, hkv: int, hv: int, d: int, dk: int, dv: int) -> None:
+    if hkv != hv:
+        raise ValueError(f"k and v must have the same number of heads, got {hkv} and {hv}")
+    if hkv == 0 or hq % hkv:
+        raise ValueError(f"the query heads ({hq}) must be a multiple of the key/value heads ({hkv}) (GQA/MQA)")
+    if dk != d:
+        raise ValueError(f"head dims differ: q has D={d}, k has D={dk}")
+    for name, x in (("D", d), ("Dv", dv)):
+        if not 1 <= x <= MAX_HEAD_DIM:
+            raise ValueError(f"head dim {name}={x} is not supported; 1 <= {name} <= {MAX_HEAD_DIM}")
+
+
+def _check_inputs(q, k, v, causal, scale, kv_lens, *, window=None, softcap=0.0, causal_align="top_left",
+                  attn_mask=None, return_lse=False, num_splits=1) -> None:
+    """Every check of `attention`'s inputs (shared with kernels that reuse its validation)."""
+    _check_qkv(q, k, v, 4, "(B, H, seq, D)")
+    B, Hq, M, D = q.shape
+    if k.shape[0] != B or v.shape[0] != B:
+        raise ValueError(f"batch sizes differ: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if k.shape[2] != v.shape[2]:
+        raise ValueError(f"k and v must have the same length, got {tuple(k.shape)} and {tuple(v.shape)}")
+    _check_heads(Hq, k.shape[1], v.shape[1], D, k.shape[3], v.shape[3])
+    N = k.shape[2]
+    if max(M, N) >= 2**31 or B * Hq >= 2**31:
+        raise ValueError("sequence lengths and B*H must be below 2^31")
+    _check_options(causal, scale, window, softcap, causal_align, return_lse, num_splits)
     if kv_lens is not None:
         if not isinstance(kv_lens, torch.Tensor):
             raise TypeError(f"kv_lens must be an integer torch.Tensor of shape (B,), not {type(kv_lens).__name__}")
@@ -305,16 +579,152 @@ def _check_inputs(q, k, v, causal, scale, kv_lens) -> None:
         if B:
             # Validating values needs their contents: one small device-to-host copy (a sync).
             lo, hi = int(kv_lens.min()), int(kv_lens.max())
-            n = k.shape[2]
-            if lo < 0 or hi > n:
-                raise ValueError(f"kv_lens values must lie in [0, N] = [0, {n}], got min {lo}, max {hi}")
+            if lo < 0 or hi > N:
+                raise ValueError(f"kv_lens values must lie in [0, N] = [0, {N}], got min {lo}, max {hi}")
+    if attn_mask is not None:
+        _mask_view(attn_mask, (B, Hq, M, N), q)
+
+
+def _mask_view(mask, shape: tuple[int, int, int, int], q: torch.Tensor) -> torch.Tensor:
+    """attn_mask validated and expanded (a view with 0 strides) to (B, Hq, M, N)."""
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"attn_mask must be a torch.Tensor or None, not {type(mask).__name__}")
+    if mask.dtype != torch.bool and mask.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise TypeError(f"attn_mask must be bool (True = the key takes part) or a float bias "
+                        f"(float16/bfloat16/float32), got {mask.dtype}")
+    if mask.device != q.device:
+        raise ValueError(f"attn_mask is on {mask.device}, q on {q.device}")
+    if mask.dim() > 4:
+        raise ValueError(f"attn_mask must have at most 4 dims, got shape {tuple(mask.shape)}")
+    try:
+        if torch.broadcast_shapes(tuple(mask.shape), shape) != torch.Size(shape):
+            raise RuntimeError
+    except RuntimeError:
+        raise ValueError(f"attn_mask of shape {tuple(mask.shape)} does not broadcast to (B, Hq, M, N) = {shape}")\
+            from None
+    return mask.expand(shape)
+
+
+def _check_cu(name: str, cu, batch: int | None, total: int, max_seqlen, max_name: str) -> list[int]:
+    if not isinstance(cu, torch.Tensor):
+        raise TypeError(f"{name} must be an int32 torch.Tensor, not {type(cu).__name__}")
+    if cu.dtype != torch.int32:
+        raise TypeError(f"{name} must have dtype int32, got {cu.dtype}")
+    if cu.dim() != 1 or cu.numel() < 1:
+        raise ValueError(f"{name} must be 1-D with B + 1 >= 1 entries, got shape {tuple(cu.shape)}")
+    check_device(name, cu)
+    if batch is not None and cu.numel() != batch + 1:
+        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have the same length, got {batch + 1} and {cu.numel()}")
+    vals = cu.tolist()  # one small device-to-host copy
+    if vals[0] != 0:
+        raise ValueError(f"{name} must start at 0, got {vals[0]}")
+    steps = np.diff(np.asarray(vals, dtype=np.int64))
+    if (steps < 0).any():
+        i = int(np.argmax(steps < 0))
+        raise ValueError(f"{name} must be non-decreasing, but {name}[{i + 1}] = {vals[i + 1]} < {vals[i]}")
+    if vals[-1] > total:
+        raise ValueError(f"{name}[-1] = {vals[-1]} exceeds the packed length {total}")
+    if not _is_int(max_seqlen) or max_seqlen < 0:
+        raise TypeError(f"{max_name} must be an int >= 0, got {max_seqlen!r}")
+    longest = int(steps.max()) if steps.size else 0
+    if max_seqlen < longest:
+        raise ValueError(f"{max_name}={max_seqlen} is below the longest sequence ({longest})")
+    return vals
 
 
 def _wide(cfg: AttnConfig, *ts: torch.Tensor) -> bool:
     """Whether in-tile offsets ((BLOCK - 1) * |stride| summed over the tile's two dims) could
     exceed int32; then the kernel computes them in int64."""
-    span = max(cfg.block_m, cfg.block_n, cfg.block_d)
+    span = max(cfg.block_m, cfg.block_n, cfg.block_d, cfg.block_dv)
     return any(span * (abs(t.stride(2)) + abs(t.stride(3))) >= 2**31 for t in ts)
+
+
+def _launch(q4, k4, v4, o4, lse3, *, batch: int, m_max: int, n_max: int, cu_q, cu_k, causal, scale, kv_lens,
+            window, softcap, causal_align, mask4, return_lse, num_splits, pack_gqa, block_m, block_n,
+            num_warps, num_stages, rowsum_fp32) -> None:
+    """Run the forward on 4-D views (B, H, seq, D) (varlen: B = 1, seq = the packed length, and
+    cu_q/cu_k give the sequences); writes o4 (and lse3)."""
+    Hq, D = q4.shape[1], q4.shape[3]
+    Hkv, Dv = k4.shape[1], v4.shape[3]
+    group = Hq // Hkv
+    dtype = q4.dtype
+    left, right = normalize_window(window)
+    if causal:  # causal is the window's right edge at the diagonal
+        right = 0
+    pack = (group > 1 and m_max < _DECODE_BLOCK_M * 2) if pack_gqa is None else bool(pack_gqa) and group > 1
+    rows = m_max * group if pack else m_max
+    cfg = attn_config(D, dtype, dv=Dv, n=n_max, block_m=block_m or (_DECODE_BLOCK_M if pack and not INTERPRET else None),
+                      block_n=block_n, num_warps=num_warps, num_stages=num_stages)
+    m_tiles = triton.cdiv(rows, cfg.block_m)
+    heads = Hkv if pack else Hq
+    if num_splits == 0:
+        num_splits = auto_splits(m_tiles * batch * heads, n_max, cfg.block_n)
+    n_blocks = max(1, triton.cdiv(n_max, cfg.block_n))
+    splits = max(1, num_splits)
+    # Whole key blocks per split; more splits than blocks leave the last ones empty (-inf states).
+    keys_per_split = triton.cdiv(n_blocks, splits) * cfg.block_n
+    sc = effective_scale(scale, D)
+    cap = effective_softcap(softcap)
+    qk_scale = float(np.float32(sc * LOG2E))
+    cap_in = float(np.float32(sc / cap)) if cap > 0 else 1.0
+    cap_out = float(np.float32(cap * LOG2E)) if cap > 0 else 1.0
+    bits = bf16_as_bits(dtype)
+    mask_kind = 0 if mask4 is None else (1 if mask4.dtype == torch.bool else 2)
+    if mask_kind == 1:
+        mk = mask4.view(torch.uint8) if mask4.dtype == torch.bool else mask4
+    elif mask_kind == 2:
+        mk = kernel_view(mask4)
+    else:
+        mk = o4
+    ms = mask4.stride() if mask4 is not None else (0, 0, 0, 0)
+    dummy = o4
+    lse_t = lse3 if lse3 is not None else dummy
+    ls = lse3.stride() if lse3 is not None else (0, 0, 0)
+    kvl = kv_lens.contiguous() if kv_lens is not None else dummy
+    cq = cu_q if cu_q is not None else dummy
+    ck = cu_k if cu_k is not None else dummy
+    if splits > 1:
+        # Partial states in o's layout (fp32, unnormalised), (m, l, l32) in o's row order.
+        acc_p = torch.empty((splits, *o4.shape), dtype=torch.float32, device=o4.device).as_strided(
+            (splits, *o4.shape), (o4.numel(), *o4.stride()))
+        ml = torch.empty((3, splits, o4.numel() // Dv), dtype=torch.float32, device=o4.device)
+        out_t, os_ = acc_p[0], o4.stride()
+        ps = tuple(s // Dv for s in o4.stride()[:3])
+        part_o, part_l = o4.numel(), o4.numel() // Dv
+        m_p, l_p, l32_p = ml[0], ml[1], ml[2]
+    else:
+        out_t, os_ = kernel_view(o4), o4.stride()
+        ps, part_o, part_l = (0, 0, 0), 0, 0
+        m_p = l_p = l32_p = dummy
+    grid = (m_tiles, batch * heads, splits)
+    _attn_fwd_kernel[grid](
+        kernel_view(q4), kernel_view(k4), kernel_view(v4), out_t, lse_t, kvl, cq, ck, mk, m_p, l_p, l32_p,
+        *q4.stride(), *k4.stride(), *v4.stride(), *os_, *ms, *ls, *ps,
+        Hq, Hkv, group, m_max, n_max, D, Dv, qk_scale, cap_in, cap_out, left, right, keys_per_split,
+        part_o, part_l,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=cfg.block_d, BLOCK_DV=cfg.block_dv,
+        HAS_LEFT=left >= 0, HAS_RIGHT=right >= 0, BOTTOM_RIGHT=causal_align == "bottom_right",
+        HAS_KVLEN=kv_lens is not None, VARLEN=cu_q is not None, SOFTCAP=cap > 0, MASK_KIND=mask_kind,
+        MASK_BF16_BITS=mask_kind == 2 and bf16_as_bits(mask4.dtype), RETURN_LSE=bool(return_lse),
+        SPLIT=splits > 1, PACK_GQA=pack, BF16_BITS=bits, IS_FP32=dtype == torch.float32,
+        EVEN_D=cfg.block_d == D, EVEN_DV=cfg.block_dv == Dv,
+        REVERSE_M=right >= 0 and not pack and splits == 1, WIDE=_wide(cfg, q4, k4, v4, o4),
+        ROWSUM_P32=bool(rowsum_fp32), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    if splits > 1:
+        rows_o = o4.numel() // Dv
+        block_r = 16
+        if lse3 is None:
+            lse_h, sl_t, sl_h = 1, 0, 0
+        elif cu_q is not None:  # o (total, Hq, Dv): row t * Hq + h; lse (Hq, total)
+            lse_h, sl_t, sl_h = Hq, lse3.stride(2), lse3.stride(1)
+        else:  # o (B, Hq, M, Dv) and lse (B, Hq, M), both contiguous: the same row order
+            lse_h, sl_t, sl_h = 1, 1, 0
+        _attn_merge_kernel[(triton.cdiv(rows_o, block_r),)](
+            acc_p, m_p, l_p, l32_p, kernel_view(o4), lse_t, rows_o, Dv, splits, part_o, part_l, lse_h, sl_t, sl_h,
+            BLOCK_R=block_r, BLOCK_DV=cfg.block_dv, RETURN_LSE=bool(return_lse), BF16_BITS=bits,
+            num_warps=4,
+        )
 
 
 def attention(
@@ -325,46 +735,112 @@ def attention(
     causal: bool = False,
     scale: float | None = None,
     kv_lens: torch.Tensor | None = None,
+    window: tuple[int, int] | None = None,
+    softcap: float = 0.0,
+    causal_align: str = "top_left",
+    attn_mask: torch.Tensor | None = None,
+    return_lse: bool = False,
+    num_splits: int = 1,
+    pack_gqa: bool | None = None,
     block_m: int | None = None,
     block_n: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
     _rowsum_fp32: bool = False,
-) -> torch.Tensor:
-    """softmax(scale * q k^T + mask) v for q (B, H, M, D), k and v (B, H, N, D).
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """softmax(scale * q k^T + mask) v for q (B, Hq, M, D), k (B, Hkv, N, D), v (B, Hkv, N, Dv).
 
-    causal: query i sees keys j <= i (top-left, as SDPA is_causal=True); kv_lens (B,) integer
-    tensor: keys j >= kv_lens[b] are absent; rows with no visible key give zeros. The launch
-    knobs (block_m, block_n, num_warps, num_stages) override the table; block_m, num_warps and
-    num_stages change no arithmetic (see KernelSpec.configs), block_n does (the online-softmax
-    blocking). `_rowsum_fp32` (benchmarks only, outside the contract): sum the unrounded P into
-    l as FlashAttention does, instead of the rounded P that makes V of all ones give exactly 1.
-    Returns a new contiguous (B, H, M, D) tensor of q's dtype.
+    Hq % Hkv == 0: query head h reads key/value head h // (Hq // Hkv). causal: query i sees keys
+    j <= i + offset, offset 0 for causal_align="top_left" (SDPA) and n - M for "bottom_right"
+    (FlashAttention >= 2.1; n = kv_lens[b] when given, else N). window=(left, right): query i sees
+    keys i + offset - left <= j <= i + offset + right (-1: unlimited; causal sets right = 0).
+    kv_lens (B,) integer tensor: keys j >= kv_lens[b] are absent. softcap c > 0: scores become
+    c tanh(scores / c) after the scale. attn_mask broadcastable to (B, Hq, M, N): bool (True = the
+    key takes part) or an additive float bias (after scale and softcap; -inf hides a key).
+    Rows with no visible key give zeros (and lse -inf). return_lse: also the fp32 natural-log
+    log-sum-exp (B, Hq, M) of the scores the row sees. num_splits > 1: split-KV (flash-decoding),
+    each split a partial state, then a merge kernel; 0: automatic (on the GPU for decode shapes,
+    1 under the interpreter). Launch knobs: pack_gqa (pack a group's query heads into one tile;
+    None: when M is short), block_m, num_warps, num_stages change no arithmetic (see
+    KernelSpec.configs); block_n and num_splits do (the online-softmax blocking: tunings).
+    `_rowsum_fp32` (benchmarks only, outside the contract): sum the unrounded P into l as
+    FlashAttention does, instead of the rounded P that makes V of all ones give exactly 1.
+    Returns a new contiguous (B, Hq, M, Dv) tensor of q's dtype (and lse when asked).
     """
-    _check_inputs(q, k, v, causal, scale, kv_lens)
-    B, H, M, D = q.shape
-    N = k.shape[2]
-    o = torch.empty((B, H, M, D), dtype=q.dtype, device=q.device)
-    if o.numel() == 0:
-        return o
-    cfg = attn_config(D, q.dtype, block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages)
-    sc = effective_scale(scale, D)
-    qk_scale = float(np.float32(sc * LOG2E))
-    bits = bf16_as_bits(q.dtype)
-    qk_, kk_, vk_, ok_ = kernel_view(q), kernel_view(k), kernel_view(v), kernel_view(o)
-    kvl = kv_lens.contiguous() if kv_lens is not None else o  # o: any pointer, unused without HAS_KVLEN
-    grid = (triton.cdiv(M, cfg.block_m), B * H)
-    _attn_fwd_kernel[grid](
-        qk_, kk_, vk_, ok_, kvl,
-        *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-        H, M, N, D, qk_scale,
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=cfg.block_d,
-        CAUSAL=bool(causal), HAS_KVLEN=kv_lens is not None, BF16_BITS=bits,
-        IS_FP32=q.dtype == torch.float32, EVEN_D=cfg.block_d == D, REVERSE_M=bool(causal),
-        WIDE=_wide(cfg, q, k, v, o), ROWSUM_P32=bool(_rowsum_fp32),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )
-    return o
+    _check_inputs(q, k, v, causal, scale, kv_lens, window=window, softcap=softcap, causal_align=causal_align,
+                  attn_mask=attn_mask, return_lse=return_lse, num_splits=num_splits)
+    B, Hq, M, D = q.shape
+    N, Dv = k.shape[2], v.shape[3]
+    o = torch.empty((B, Hq, M, Dv), dtype=q.dtype, device=q.device)
+    lse = torch.full((B, Hq, M), float("-inf"), dtype=torch.float32, device=q.device) if return_lse else None
+    if o.numel():
+        mask4 = _mask_view(attn_mask, (B, Hq, M, N), q) if attn_mask is not None else None
+        _launch(q, k, v, o, lse, batch=B, m_max=M, n_max=N, cu_q=None, cu_k=None, causal=causal, scale=scale,
+                kv_lens=kv_lens, window=window, softcap=softcap, causal_align=causal_align, mask4=mask4,
+                return_lse=return_lse, num_splits=num_splits, pack_gqa=pack_gqa, block_m=block_m,
+                block_n=block_n, num_warps=num_warps, num_stages=num_stages, rowsum_fp32=_rowsum_fp32)
+    return (o, lse) if return_lse else o
 
 
-__all__ = ["attention", "attn_config", "effective_scale", "AttnConfig", "MAX_HEAD_DIM", "DEVICE"]
+def attention_varlen(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    *,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    causal: bool = False,
+    scale: float | None = None,
+    kv_lens: torch.Tensor | None = None,
+    window: tuple[int, int] | None = None,
+    softcap: float = 0.0,
+    causal_align: str = "top_left",
+    attn_mask: torch.Tensor | None = None,
+    return_lse: bool = False,
+    num_splits: int = 1,
+    pack_gqa: bool | None = None,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """`attention` on packed variable-length sequences: q (total_q, Hq, D), k (total_k, Hkv, D),
+    v (total_k, Hkv, Dv), sequence b = rows cu_seqlens_q[b]:cu_seqlens_q[b+1] of q against rows
+    cu_seqlens_k[b]:cu_seqlens_k[b+1] of k and v (int32, from 0, non-decreasing; empty sequences
+    allowed). Each sequence is its own problem (bottom-right alignment per sequence); nothing
+    crosses a boundary. Returns o (total_q, Hq, Dv) and, with return_lse, lse (Hq, total_q).
+    kv_lens and attn_mask are not taken here (the sequence lengths are the key lengths; pass a
+    dense batch for masks)."""
+    _check_qkv(q, k, v, 3, "(total, H, D)")
+    if k.shape[0] != v.shape[0]:
+        raise ValueError(f"k and v must have the same packed length, got {tuple(k.shape)} and {tuple(v.shape)}")
+    _check_heads(q.shape[1], k.shape[1], v.shape[1], q.shape[2], k.shape[2], v.shape[2])
+    _check_options(causal, scale, window, softcap, causal_align, return_lse, num_splits)
+    if kv_lens is not None:
+        raise ValueError("attention_varlen takes no kv_lens: cu_seqlens_k gives each sequence's keys")
+    if attn_mask is not None:
+        raise ValueError("attention_varlen takes no attn_mask (no packed mask layout); use attention on a dense batch")
+    cq = _check_cu("cu_seqlens_q", cu_seqlens_q, None, q.shape[0], max_seqlen_q, "max_seqlen_q")
+    _check_cu("cu_seqlens_k", cu_seqlens_k, len(cq) - 1, k.shape[0], max_seqlen_k, "max_seqlen_k")
+    total_q, Hq, D = q.shape
+    Dv = v.shape[2]
+    if max(total_q, k.shape[0]) >= 2**31:
+        raise ValueError("packed lengths must be below 2^31")
+    o = torch.empty((total_q, Hq, Dv), dtype=q.dtype, device=q.device)
+    lse = torch.full((Hq, total_q), float("-inf"), dtype=torch.float32, device=q.device) if return_lse else None
+    batch = len(cq) - 1
+    if o.numel() and batch and max_seqlen_q:
+        as4 = lambda t: t.unsqueeze(0).transpose(1, 2)  # (1, H, total, D) view, no copy  # noqa: E731
+        _launch(as4(q), as4(k), as4(v), as4(o), lse.unsqueeze(0) if lse is not None else None, batch=batch,
+                m_max=int(max_seqlen_q), n_max=int(max_seqlen_k), cu_q=cu_seqlens_q, cu_k=cu_seqlens_k,
+                causal=causal, scale=scale, kv_lens=None, window=window, softcap=softcap,
+                causal_align=causal_align, mask4=None, return_lse=return_lse, num_splits=num_splits,
+                pack_gqa=pack_gqa, block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
+                rowsum_fp32=False)
+    return (o, lse) if return_lse else o
+
+
+__all__ = ["attention", "attention_varlen", "attn_config", "auto_splits", "effective_scale", "effective_softcap",
+           "normalize_window", "AttnConfig", "MAX_HEAD_DIM", "CAUSAL_ALIGNS", "DEVICE"]

@@ -7,6 +7,10 @@ from typing import Any, Callable
 import torch
 
 FAMILIES = ("softmax", "attention")
+# Attention features a kernel may lack (NUMERICS.md section 1); strategies never draw an
+# undeclared one. Field names match an external kernel's `flashcheck` capability dict.
+ATTENTION_FEATURES = ("gqa", "dv", "window", "softcap", "varlen", "lse", "attn_mask", "splits", "causal", "kv_lens")
+CAUSAL_ALIGNS = ("top_left", "bottom_right")
 ALL_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -43,22 +47,52 @@ class KernelSpec:
     takes_out: bool | None = None  # None: decided from fn's signature
     shift_exact: bool = True
     # attention
-    head_dims: Callable[[int], bool] | None = None
-    square_only: bool = False
-    causal: bool = True
-    causal_align: tuple[str, ...] = ("top_left",)
-    kv_lens: bool = True
-    custom_scale: bool = True
-    row_sum: str = "rounded_p"
-    empty_row_lse: float = float("-inf")
-    block_n: int | None = None
+    head_dims: Callable[[int], bool] | None = None  # head dims it takes (None: 1 .. max_head_dim)
+    square_only: bool = False  # M = N only
+    custom_scale: bool = True  # scale=
+    row_sum: str = "rounded_p"  # "rounded_p": V of ones exact; "fp32_p": within 1 ulp
+    block_n: int | None = None  # its key block (the bound's blocking), when declared
+    bitwise_invariant: bool = True  # same bits for any layout / query order (not in the contract)
     external: bool = False
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    # ---- attention capabilities (ignored by the softmax family); defaults: everything ----
+    gqa: bool = True  # Hq a multiple of Hkv, head h reads kv head h // (Hq // Hkv)
+    dv: bool = True  # v's head dim may differ from q/k's
+    window: bool = True  # window=(left, right)
+    softcap: bool = True  # softcap=c
+    varlen: bool = True  # a packed entry point: `varlen_fn` (below)
+    lse: bool = True  # return_lse=True gives (o, lse)
+    attn_mask: bool = True  # attn_mask= bool or float bias, broadcastable to (B, Hq, M, N)
+    splits: bool = True  # num_splits=
+    causal: bool = True  # causal=
+    kv_lens: bool = True  # kv_lens=
+    causal_align: tuple[str, ...] = CAUSAL_ALIGNS  # alignments accepted as causal_align=
+    lse_empty: float = float("-inf")  # lse of a row with no visible key (FlashAttention 2: +inf)
+    varlen_fn: Callable[..., Any] | None = None  # fn(q, k, v, cu_q, cu_k, *, max_seqlen_q, max_seqlen_k, ...)
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
             raise ValueError(f"family must be one of {FAMILIES}, not {self.family!r}")
+        aligns = (self.causal_align,) if isinstance(self.causal_align, str) else tuple(self.causal_align)
+        if not aligns or any(a not in CAUSAL_ALIGNS for a in aligns):
+            raise ValueError(f"causal_align must name some of {CAUSAL_ALIGNS}, got {self.causal_align!r}")
+        object.__setattr__(self, "causal_align", aligns)
+        lse_empty = float(self.lse_empty)
+        if lse_empty not in (float("inf"), float("-inf")):
+            raise ValueError(f"lse_empty must be -inf or +inf, got {self.lse_empty!r}")
+        object.__setattr__(self, "lse_empty", lse_empty)
+
+    def has(self, feature: str) -> bool:
+        """Whether this attention kernel declares `feature` (one of ATTENTION_FEATURES)."""
+        if feature not in ATTENTION_FEATURES:
+            raise KeyError(f"unknown attention feature {feature!r}; known: {ATTENTION_FEATURES}")
+        if feature == "varlen":
+            return self.varlen and self.varlen_fn is not None
+        return bool(getattr(self, feature))
+
+    def features(self) -> frozenset[str]:
+        return frozenset(f for f in ATTENTION_FEATURES if self.has(f))
 
     def supports(self, dtype: torch.dtype, n: int | None = None) -> bool:
         if dtype not in self.dtypes:

@@ -61,12 +61,15 @@ register(KernelSpec(
 
 # ---- attention (kernels/attention.py) --------------------------------------------------------
 from ._runtime import INTERPRET as _INTERPRET  # noqa: E402
-from .attention import MAX_HEAD_DIM as _ATTN_MAX_D, attention as _attention, attn_config as _attn_config  # noqa: E402
+from .attention import (  # noqa: E402
+    MAX_HEAD_DIM as _ATTN_MAX_D, attention as _attention, attention_varlen as _attention_varlen,
+    attn_config as _attn_config,
+)
 
 
 def _attention_blocking(head_dim: int, n: int, dtype) -> tuple[int, int]:
     """(keys per block, key blocks per row) of the default launch: what the error bound needs."""
-    bn = _attn_config(head_dim, dtype).block_n
+    bn = _attn_config(head_dim, dtype, n=n).block_n
     return bn, max(1, math.ceil(n / bn))
 
 
@@ -78,8 +81,15 @@ register(KernelSpec(
     # Launch knobs that change no arithmetic: rows per program (each row is computed by the same
     # instructions; on the GPU 16 rows per warp are kept) and the pipelining depth. block_n is
     # left out on purpose: it changes the online-softmax blocking, hence the rounding.
-    configs=(({"block_m": 16}, {"block_m": 64}) if _INTERPRET
-             else ({"block_m": 64, "num_warps": 4}, {"num_stages": 2})),
+    # pack_gqa moves rows between tiles (a group's heads share one), which changes nothing either.
+    configs=(({"block_m": 16}, {"pack_gqa": True}) if _INTERPRET
+             else ({"block_m": 64, "num_warps": 4}, {"num_stages": 2}, {"pack_gqa": True})),
+    # Split-KV keeps the key blocking but adds one rescale per split (the bound's n_blocks grows
+    # by num_splits); 7 splits is more than the CPU's metamorphic cases have key blocks (empty
+    # splits), 64 more than most GPU cases have.
+    tunings=(({"num_splits": 2}, {"num_splits": 7}) if _INTERPRET
+             else ({"num_splits": 2}, {"num_splits": 3}, {"num_splits": 64})),
+    varlen_fn=_attention_varlen,
     extra={"blocking": _attention_blocking},
     description="fused attention forward: online softmax in exp2, fp32 accumulators, P in 16 bits",
 ))

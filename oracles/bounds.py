@@ -28,6 +28,8 @@ of the same sign (GPU `ftz` arithmetic); `ftz_allowed` marks those, the report c
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .formats import FP32, Format, ulp_of
@@ -86,6 +88,43 @@ def softmax_sum_bound(x: np.ndarray, oracle: np.ndarray, fmt: Format, *, depth: 
 # (attention bounds are added below by the attention family)
 
 
+def _exponent_error(oracle, b: int, h: int, n_blocks: int) -> np.ndarray:
+    """g_ij of `attention_error_bound`: the kernel's exponents are t_j + eps_j, |eps_j| <= g_j."""
+    D = oracle.dot_dim if getattr(oracle, "dot_dim", None) else oracle.out.shape[-1]
+    extra = 0.0
+    if oracle.t_abs is not None:
+        extra = 20 * oracle.t_abs[b, h] + 3 * oracle.b_abs[b, h]
+    return np.where(oracle.visible[b, h],
+                    U32 * ((2 * D + 4) * oracle.a[b, h] + 3 * oracle.d[b, h] + extra + 4 * (n_blocks + 1))
+                    + D * 2.0**-125 * oracle.scale, 0.0)
+
+
+def attention_lse_bound(oracle, *, block_n: int, n_blocks: int) -> np.ndarray:
+    """Allowed |lse - lse*| per row (natural log units, absolute), lse* the oracle's value.
+
+    The kernel's lse is (m + log2 l32) ln 2 with l32 the fp32 row sum of the unrounded weights
+    (kernels/attention.py). Its weights are exact weights of exponents t_j + eps_j, |eps_j| <= g_j
+    (`attention_error_bound`), so log of their sum is off by at most
+      L = log(sum_j p_j e^{g_j}) = log1p(sum_j p_j expm1(g_j))   (and as much below);
+    the fp32 row sum (depth <= block_n per block, 2 per rescale) adds a relative
+      (block_n + 2 n_blocks + 2) u, i.e. as much in the log; log2 (lg2.approx: absolute
+    2^-22.6 in log2 units) 2^-21 ln 2; the sum m + log2 l, the product with fl(ln 2) and the fp32
+    result 3 roundings: 4u (|lse*| + |t_max| + 1) with t_max <= |lse*| + log(N) covered by the 1 +
+    the oracle's own error `lse_err`. Rows that see no key are -inf, NaN rows NaN: bound 0."""
+    u = U32
+    B, H, M = oracle.lse.shape
+    out = np.zeros((B, H, M))
+    for b in range(B):
+        for h in range(H):
+            g = np.minimum(_exponent_error(oracle, b, h, n_blocks), 700.0)
+            L = np.log1p((oracle.p[b, h] * np.expm1(g)).sum(axis=1))
+            lse = np.abs(np.nan_to_num(oracle.lse[b, h], nan=0.0, posinf=0.0, neginf=0.0))
+            nvis = np.maximum(oracle.visible[b, h].sum(axis=1), 1)
+            out[b, h] = (L * (1 + 1e-9) + (block_n + 2 * n_blocks + 2) * u * 1.01 + 2.0**-21 * math.log(2)
+                         + 4 * u * (2 * lse + np.log(nvis) + 1) + oracle.lse_err[b, h])
+    return np.where(np.isfinite(oracle.lse), out, 0.0)
+
+
 def attention_error_bound(oracle, *, block_n: int, n_blocks: int) -> np.ndarray:
     """Allowed |o - r| per output element of a fused attention kernel, r the correctly rounded oracle.
 
@@ -142,6 +181,16 @@ def attention_error_bound(oracle, *, block_n: int, n_blocks: int) -> np.ndarray:
                                       (half an ulp) and the oracle is half an ulp from exact:
                                       1 ulp(|r| + pre); fp32 output: half an ulp(|r| + pre).
 
+    Features (kernels/attention.py's arithmetic; flash kernels alike):
+      softcap c                       t = tanh(s fl(sc/c)) fl(c log2 e): the dot's error reaches
+                                      the exponent through tanh's slope, so a_j is replaced by
+                                      a_j sech^2(x_j) (the oracle folds it into `a`), and the
+                                      tanh evaluation (<= 12u relative), the argument's and the
+                                      two products' roundings add 16u |t_j|: 20u |t_j| here.
+      float attn_mask (bias b)        fl(b log2 e) and the add: u (|t_j| + 2|b_j|): 3u |b_j|.
+      split-KV (num_splits)           one more rescale per split: pass n_blocks + splits.
+    so g_j = u ((2D + 4) a_j + 3 d_j + 20 |t_j| + 3 |b_j| + 4 (n_blocks + 1)) + D 2^-125 sc.
+
     Exact specials (NaN rows/columns, rows with no visible key) get bound 0: they must match
     exactly. Outputs below fp32's normals may flush to zero: `ftz_allowed`, counted separately.
     """
@@ -150,10 +199,10 @@ def attention_error_bound(oracle, *, block_n: int, n_blocks: int) -> np.ndarray:
     is16 = fmt.bits == 16
     u16 = fmt.unit_roundoff if is16 else 0.0
     tau = (fmt.min_subnormal / 2 if is16 else 0.0) + 2.0**-126
-    B, H, M, D = oracle.out.shape
+    B, H, M, Dv = oracle.out.shape
     N = oracle.p.shape[-1]
-    out = np.zeros((B, H, M, D))
-    if M == 0 or D == 0:
+    out = np.zeros((B, H, M, Dv))
+    if M == 0 or Dv == 0 or N == 0:
         return out
     r_all = np.nan_to_num(np.abs(oracle.out), nan=0.0, posinf=0.0)
     o_star = np.nan_to_num(np.abs(oracle.approx), nan=0.0, posinf=0.0)
@@ -163,9 +212,7 @@ def attention_error_bound(oracle, *, block_n: int, n_blocks: int) -> np.ndarray:
             vis = oracle.visible[b, h]
             p = oracle.p[b, h]
             absv = oracle.absv[b, h]
-            g = np.where(vis, u * ((2 * D + 4) * oracle.a[b, h] + 3 * oracle.d[b, h] + 4 * (n_blocks + 1))
-                         + D * 2.0**-125 * oracle.scale, 0.0)
-            g = np.minimum(g, 700.0)
+            g = np.minimum(_exponent_error(oracle, b, h, n_blocks), 700.0)
             em = np.expm1(g)
             T = (p * em).sum(axis=1, keepdims=True)
             with np.errstate(over="ignore", invalid="ignore"):
@@ -197,3 +244,23 @@ def attention_error_bound(oracle, *, block_n: int, n_blocks: int) -> np.ndarray:
             out[b, h] = pre + last
     return np.where(oracle.special, 0.0, out)
 
+
+
+def ones_v_tolerance(fmt: Format, row_sum: str, block_n: int, n_blocks: int) -> float:
+    """|o - 1| allowed for V of all ones (a visible row).
+
+    fp16/bf16: the weights P are rounded to 16 bits before P @ V. Summing l from the same rounded
+    P ("rounded_p") makes the fp32 numerator and denominator the same sum computed the same way:
+    exactly 1. Summing l from the fp32 P ("fp32_p", FlashAttention) leaves a relative difference
+    of about u16 * (rows' weight) between them, far below one 16-bit ulp after the fp32 division,
+    but the final rounding can land on a neighbour: within 1 ulp (eps of the format bounds both
+    neighbours of 1). fp32 output: the accumulation part of the attention bound, (3 block_n +
+    4 n_blocks + 8) u32, plus the final rounding.
+    """
+    if fmt.name == "fp32":
+        return (3 * block_n + 4 * n_blocks + 8) * 2.0**-24 + 2.0**-24
+    if row_sum == "rounded_p":
+        return 0.0
+    if row_sum == "fp32_p":
+        return 2.0 ** (1 - fmt.precision)  # one ulp above 1 (two below): either neighbour
+    raise ValueError(f"row_sum {row_sum!r}: expected 'rounded_p' or 'fp32_p'")

@@ -39,15 +39,20 @@ def strategies(specs: list[KernelSpec], fmt: Format) -> dict[str, Any]:
             for cls, st in CLASSES.items()}
 
 
-def blocking(spec: KernelSpec, head_dim: int, n: int, dtype: torch.dtype) -> tuple[int, int]:
+def blocking(spec: KernelSpec, head_dim: int, n: int, dtype: torch.dtype,
+             kw: dict | None = None) -> tuple[int, int]:
     """(block_n, n_blocks) the bound needs: the kernel's own when its spec says, its declared
-    block_n, else the worst case of one dot over every key and one rescale per key."""
+    block_n, else the worst case of one dot over every key and one rescale per key; split-KV
+    (kw's num_splits) adds one rescale per split."""
     fn = spec.extra.get("blocking")
     if fn is not None:
-        return fn(head_dim, n, dtype)
-    if spec.block_n:
-        return spec.block_n, max(1, -(-n // spec.block_n))
-    return max(n, 1), max(n, 1)
+        bn, nb = fn(head_dim, n, dtype)
+    elif spec.block_n:
+        bn, nb = spec.block_n, max(1, -(-n // spec.block_n))
+    else:
+        bn, nb = max(n, 1), max(n, 1)
+    splits = int((kw or {}).get("num_splits", 1) or 1)
+    return bn, nb + (splits if splits > 1 else 0)
 
 
 def class_names() -> list[str]:
@@ -94,7 +99,7 @@ def call(spec: KernelSpec, p: Prepared) -> torch.Tensor:
 
 def measure(spec: KernelSpec, p: Prepared, out: torch.Tensor) -> Measurement:
     orc = p.oracle
-    bn, nb = blocking(spec, p.q.shape[-1], p.k.shape[2], p.q.dtype)
+    bn, nb = blocking(spec, p.q.shape[-1], p.k.shape[2], p.q.dtype, p.kw)
     c = compare_attention(out, orc, block_n=bn, n_blocks=nb)
     y, r = c.actual, c.oracle
     mism = mismatch_of(y, r)

@@ -440,6 +440,95 @@ def _is_bhsd(case: Case, fmt: Format) -> bool:
     return t.stride(2) >= t.stride(3) and (t.shape[1] == 1 or t.stride(1) >= t.stride(2))
 
 
+def _varlen_lens(case: Case, which: str) -> list[int]:
+    cu = case.tensors.get(f"cu_seqlens_{which}")
+    return np.diff(cu.cpu().numpy()).tolist() if cu is not None else []
+
+
+def _group(case: Case) -> tuple[int, int]:
+    """(Hq, Hkv) of a dense or varlen case."""
+    q, k = case.tensors["q"], case.tensors["k"]
+    return (q.shape[1], k.shape[1]) if q.dim() == 4 else (q.shape[1], k.shape[1])
+
+
+def _group_boundary_in_tile(case: Case, fmt: Format) -> bool:
+    """Hq / Hkv > 1 with a query length that is no multiple of a 16-row tile, the group's rows
+    (G * M) spanning more than one head inside a 32-row tile: a packed tile holds a boundary."""
+    hq, hkv = _group(case)
+    m = case.tensors["q"].shape[2]
+    return hq > hkv and m % 16 != 0 and m < 32 and (hq // hkv) * m > m
+
+
+def _window(case: Case) -> tuple[int, int] | None:
+    w = case.kwargs.get("window")
+    return tuple(w) if w is not None else None
+
+
+def _window_edge(pred: Callable[[int, int, int], bool]) -> Callable[[Case, Format], bool]:
+    def f(case: Case, fmt: Format) -> bool:
+        w = _window(case)
+        return w is not None and pred(w[0], w[1], case.tensors["k"].shape[2])
+    return f
+
+
+def _window_empties_row_bottom_right(case: Case, fmt: Format) -> bool:
+    """Bottom-right alignment with M > n: the first rows' diagonal lies before key 0, so a right
+    edge (causal or window) leaves them no key."""
+    if case.kwargs.get("causal_align") != "bottom_right":
+        return False
+    w = _window(case) or (-1, -1)
+    right = 0 if case.kwargs.get("causal") else w[1]
+    m, n = case.tensors["q"].shape[2], case.tensors["k"].shape[2]
+    lens = _lens(case) or [n]
+    return right >= 0 and any(m - x > right for x in lens)
+
+
+def _softcap_vs_logits(below: bool) -> Callable[[Case, Format], bool]:
+    def f(case: Case, fmt: Format) -> bool:
+        cap = float(case.kwargs.get("softcap") or 0.0)
+        if cap <= 0:
+            return False
+        d = case.tensors["q"].shape[-1]
+        with np.errstate(all="ignore"):
+            top = float(np.nanmax(np.abs(_scores(case)))) / math.sqrt(d) if _scores(case).size else 0.0
+        return top > 10 * cap if below else cap > 100 * max(top, 1e-30)
+    return f
+
+
+def _mask(pred: Callable[[torch.Tensor], bool]) -> Callable[[Case, Format], bool]:
+    return lambda case, fmt: "attn_mask" in case.tensors and pred(case.tensors["attn_mask"])
+
+
+def _mask_row_all_false(m: torch.Tensor) -> bool:
+    return m.dtype == torch.bool and m.dim() >= 2 and bool((~m).all(-1).any())
+
+
+def _splits(pred: Callable[[Case, int, int], bool]) -> Callable[[Case, Format], bool]:
+    def f(case: Case, fmt: Format) -> bool:
+        s = int(case.kwargs.get("num_splits") or 1)
+        n = case.tensors["k"].shape[2]
+        return s > 1 and pred(case, s, n)
+    return f
+
+
+def _split_all_masked(case: Case, s: int, n: int) -> bool:
+    """Some split of 32-key blocks (the CPU blocking) lies wholly past some batch's kv_len."""
+    blocks = max(1, -(-n // 32))
+    per = -(-blocks // s) * 32
+    return any(x <= (s - 1) * per and (s - 1) * per < max(n, 1) or x <= per for x in _lens(case) if x < n)
+
+
+def _large_values_many_keys(case: Case, fmt: Format) -> bool:
+    _, _, v = _qkv(case)
+    top = min(fmt.max_finite, 65504.0)
+    return v.shape[2] >= 64 and float(np.abs(v).max()) >= 0.5 * top
+
+
+def _long_near_equal(case: Case, fmt: Format) -> bool:
+    s = _scores(case) / math.sqrt(case.tensors["q"].shape[-1])
+    return case.tensors["k"].shape[2] >= 1024 and s.size and float((s.max(-1) - s.min(-1)).max()) < 2.0
+
+
 ATTENTION_FEATURES = [
     Feature("wide_logit_spread", "scaled_logit_spread_over_88", _scaled_spread_over_88),
     Feature("fp16_overflowing_scores", "raw_scores_over_65504", _raw_over_fp16),
@@ -456,14 +545,41 @@ ATTENTION_FEATURES = [
     Feature("nan_in_hidden_kv", "nan_in_padded_kv", _nan_in_padded_kv),
     Feature(None, "bshd_layout", _is_bshd),
     Feature(None, "bhsd_layout", _is_bhsd),
+    # item 14: features (each only for kernels that declare it: `requires`)
+    Feature("gqa_groups", "group_boundary_inside_tile", _group_boundary_in_tile),
+    Feature("gqa_groups", "mqa", lambda c, f: _group(c)[1] == 1 and _group(c)[0] > 1),
+    Feature("gqa_groups", "group_of_3", lambda c, f: _group(c)[0] == 3 * _group(c)[1]),
+    Feature("gqa_groups", "dv_differs", lambda c, f: c.tensors["v"].shape[-1] != c.tensors["q"].shape[-1]),
+    Feature("window_edges", "left_0", _window_edge(lambda l, r, n: l == 0)),
+    Feature("window_edges", "right_0", _window_edge(lambda l, r, n: r == 0)),
+    Feature("window_edges", "wider_than_n", _window_edge(lambda l, r, n: max(l, r) >= n)),
+    Feature("window_edges", "window_empties_row_bottom_right", _window_empties_row_bottom_right),
+    Feature("softcap_extremes", "softcap_far_below_logits", _softcap_vs_logits(True)),
+    Feature("softcap_extremes", "softcap_far_above_logits", _softcap_vs_logits(False)),
+    Feature("attn_masks", "bool_mask", _mask(lambda m: m.dtype == torch.bool)),
+    Feature("attn_masks", "bool_mask_row_all_false", _mask(_mask_row_all_false)),
+    Feature("attn_masks", "bias_with_neg_inf", _mask(lambda m: m.dtype != torch.bool and bool(torch.isinf(m).any()))),
+    Feature("split_kv", "more_splits_than_key_blocks", _splits(lambda c, s, n: s > -(-n // 16))),
+    Feature("split_kv", "split_all_masked", _splits(_split_all_masked)),
+    Feature("varlen_batches", "empty_sequence", lambda c, f: 0 in _varlen_lens(c, "q") + _varlen_lens(c, "k")),
+    Feature("varlen_batches", "length_1_sequence", lambda c, f: 1 in _varlen_lens(c, "q") + _varlen_lens(c, "k")),
+    Feature("varlen_batches", "total_off_block_multiple",
+            lambda c, f: c.tensors["q"].shape[0] % 16 != 0 and len(_varlen_lens(c, "q")) > 1),
+    # item 13: 16-bit accumulators
+    Feature("large_values_many_keys", "values_near_fp16_max_many_keys", _large_values_many_keys),
+    Feature("long_near_equal_scores", "n_1024_near_equal_scores", _long_near_equal),
 ]
 
 
 def missing_attention_features(spec: KernelSpec, dtype: torch.dtype) -> list[str]:
-    from . import test_attention as ta
+    """Features the ci draws never reach, among the classes the kernel's declared features allow
+    (a class it cannot take is skipped in its suite, so its features are not required)."""
+    from flashcheck.strategies.attention import Caps, classes_for
 
-    draws = {cls: ci_draws(spec, dtype, cls) for cls in sorted(ta.CLASSES)}
-    return _unreached(ATTENTION_FEATURES, draws, format_of(dtype))
+    allowed = classes_for(Caps.of(spec))
+    draws = {cls: ci_draws(spec, dtype, cls) for cls in sorted(allowed)}
+    features = [f for f in ATTENTION_FEATURES if f.cls is None or f.cls in allowed]
+    return _unreached(features, draws, format_of(dtype))
 
 
 ATTENTION = [s for s in REGISTRY if s.family == "attention"]

@@ -20,7 +20,7 @@ from flashcheck import kernels
 from flashcheck.kernels.registry import REGISTRY
 from flashcheck.oracles.compare import compare_softmax
 from flashcheck.oracles.formats import format_of, to_float64
-from flashcheck.harness import storage_of
+from flashcheck.harness import PROPERTIES, storage_of
 from flashcheck.tests.zoo import ZooKernel, zoo
 
 ZOO = {z.name: z for z in zoo()}
@@ -47,14 +47,28 @@ def _softmax_wrong(fn, kw: dict) -> bool:
     return bool(c.violations.any())
 
 
-def _attention_wrong(fn, kw: dict) -> bool:
-    from flashcheck.oracles.attention import attention_oracle, compare_attention
+def _attention_wrong(fn, kw: dict, caps: dict | None = None) -> bool:
+    """Whether any core attention property (oracle bound, lse bound, special values, ...) fails
+    on the trigger, for `fn` declared with `caps` (its own `flashcheck` attribute wins)."""
+    from flashcheck import properties_attention as pa
+    from flashcheck.harness import Case
+    from flashcheck.kernels.registry import KernelSpec
 
     kw = dict(kw)
-    q, k, v = kw.pop("q"), kw.pop("k"), kw.pop("v")
-    o = fn(q, k, v, **kw)
-    c = compare_attention(o, attention_oracle(q, k, v, **kw), block_n=k.shape[2], n_blocks=k.shape[2])
-    return bool(np.asarray(c.violations).any())
+    kw.pop("return_lse", None)  # the properties ask for the lse whenever the kernel declares it
+    tensors = {n: kw.pop(n) for n in ("q", "k", "v", "kv_lens", "attn_mask", "cu_seqlens_q", "cu_seqlens_k")
+               if n in kw}
+    kw.setdefault("causal", False)
+    kw.setdefault("scale", None)
+    spec = KernelSpec(name="zoo", family="attention", fn=fn, **dict(getattr(fn, "flashcheck", None) or caps or {}))
+    case = Case(tensors=tensors, kwargs=kw, label="trigger")
+    names = pa.CORE_PROPERTIES + (pa.VARLEN_PROPERTIES if "cu_seqlens_q" in tensors else ())
+    for name in names:
+        try:
+            PROPERTIES[("attention", name)](spec, case)
+        except AssertionError:
+            return True
+    return False
 
 
 def _trigger(z: ZooKernel) -> dict:
@@ -68,7 +82,7 @@ def _trigger(z: ZooKernel) -> dict:
 
 def test_the_zoo_is_big_enough() -> None:
     fams = [z.family for z in ZOO.values()]
-    assert len(ZOO) >= 14 and "softmax" in fams and "attention" in fams
+    assert len(ZOO) >= 21 and "softmax" in fams and "attention" in fams
 
 
 def test_the_zoo_is_never_registered() -> None:
@@ -83,7 +97,10 @@ def test_the_zoo_is_never_registered() -> None:
 @pytest.mark.parametrize("name", sorted(ZOO))
 def test_trigger_shows_the_bug_and_only_the_bug(name: str) -> None:
     z = ZOO[name]
-    wrong = _softmax_wrong if z.family == "softmax" else _attention_wrong
+    if z.family == "softmax":
+        wrong = _softmax_wrong
+    else:
+        wrong = lambda fn, kw: _attention_wrong(fn, kw, z.caps)  # noqa: E731
     assert wrong(z.broken, _trigger(z)), f"{name}: the broken kernel gets its own trigger right"
     assert not wrong(z.fixed, _trigger(z)), f"{name}: the fixed twin is wrong too: the zoo kernel has another defect"
 

@@ -198,14 +198,243 @@ _CLASSES = {
     "fp16_scores": ("scores kept in fp16 (overflow)", _trigger_fp16_scores),
 }
 
+# What the one-defect flash kernel above takes: the issue-4 contract (MHA, top-left causal,
+# kv_lens, D = Dv), declared so the suite never draws a feature it lacks.
+LEGACY_CAPS = {"gqa": False, "dv": False, "window": False, "softcap": False, "varlen": False, "lse": False,
+               "attn_mask": False, "splits": False, "causal_align": ["top_left"]}
 ZOO: dict[str, ZooKernel] = {}
 for _name, (_cls, _trig) in _CLASSES.items():
     _fn = globals()[_name]
+    _fn.flashcheck = dict(LEGACY_CAPS)
     ZOO[_name] = ZooKernel(
         name=_name, family="attention", bug_class=_cls, references=" ".join(inspect.getdoc(_fn).split()),
         broken=_fn, fixed=functools.partial(_attention, bug=NONE), trigger=_trig,
         caps=dict(getattr(_fn, "flashcheck", {})),
         property_hint="special_values" if _name in ("nan_kv_padding", "rescale_nan") else "matches_oracle",
+    )
+
+
+
+# ---- the feature bug classes (issue 9): the production kernel with one defect at its seams -------
+#
+# Each wraps `kernels.attention.attention` (or `attention_varlen`) and gets exactly one thing wrong
+# where real kernels did: the head mapping, the softcap, a window edge, a sequence boundary, the
+# merge of split states, the lse of empty rows, the sense of a boolean mask. The fixed twin is the
+# same wrapper with the defect switched off, so the production kernel's correctness is all they
+# share. They declare what they take (`flashcheck` capabilities), so the suite draws only that.
+
+from flashcheck.kernels.attention import attention as _prod, attention_varlen as _prod_varlen  # noqa: E402
+from flashcheck.oracles.attention import visibility as _visibility  # noqa: E402
+
+
+def _gqa(q, k, v, *, bug: bool = False, **kw):
+    g = q.shape[1] // k.shape[1]
+    if g > 1:  # MHA on K/V expanded per query head: repeat_interleave (h // g) is right, repeat (h % Hkv) not
+        expand = (lambda t: t.repeat(1, g, 1, 1)) if bug else (lambda t: t.repeat_interleave(g, dim=1))
+        k, v = expand(k), expand(v)
+    return _prod(q, k, v, **kw)
+
+
+def gqa_head_mapping(q, k, v, **kw):
+    """GQA head mapping: query head h reads kv head h % Hkv instead of h // (Hq / Hkv) (the two
+    agree only for MQA and MHA). HipKittens PR #22, fla #1029, FreeToken PR #177."""
+    return _gqa(q, k, v, bug=True, **kw)
+
+
+def _softcap(q, k, v, *, bug: bool = False, softcap=0.0, **kw):
+    return _prod(q, k, v, softcap=0.0 if bug else softcap, **kw)
+
+
+def softcap_ignored(q, k, v, **kw):
+    """softcap accepted but not applied: the scores go uncapped into the softmax.
+    sgl-kernel-xpu PR #491, unsloth-zoo PR #593."""
+    return _softcap(q, k, v, bug=True, **kw)
+
+
+def _window(q, k, v, *, bug: bool = False, window=None, **kw):
+    if bug and window is not None and int(window[0]) >= 0:
+        window = (int(window[0]) + 1, int(window[1]))  # the left edge one key too far
+    return _prod(q, k, v, window=window, **kw)
+
+
+def window_off_by_one(q, k, v, **kw):
+    """Sliding window off by one: the left edge admits one key too many (left = 0 sees the
+    previous key). transformers #39408, FlashAttention #895."""
+    return _window(q, k, v, bug=True, **kw)
+
+
+def _varlen(q, k, v, cu_q, cu_k, *, bug: bool = False, max_seqlen_q, max_seqlen_k, return_lse=False, **kw):
+    """Each sequence on its own (dense), the buggy one reading one key past its end."""
+    o = torch.zeros((q.shape[0], q.shape[1], v.shape[2]), dtype=q.dtype, device=q.device)
+    lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32, device=q.device)
+    cq, ck = cu_q.tolist(), cu_k.tolist()
+    _prod_varlen(q, k, v, cu_q, cu_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, **kw)  # validation
+    for b in range(len(cq) - 1):
+        if cq[b + 1] == cq[b]:
+            continue
+        end = min(ck[b + 1] + (1 if bug else 0), k.shape[0])
+        as4 = lambda t: t.transpose(0, 1)[None]  # noqa: E731
+        ob, lb = _prod(as4(q[cq[b]:cq[b + 1]]), as4(k[ck[b]:end]), as4(v[ck[b]:end]), return_lse=True, **kw)
+        o[cq[b]:cq[b + 1]] = ob[0].transpose(0, 1)
+        lse[:, cq[b]:cq[b + 1]] = lb[0]
+    return (o, lse) if return_lse else o
+
+
+def _varlen_boundary_fn(q, k, v, cu_q, cu_k, **kw):
+    return _varlen(q, k, v, cu_q, cu_k, bug=True, **kw)
+
+
+def _varlen_fixed_fn(q, k, v, cu_q, cu_k, **kw):
+    return _varlen(q, k, v, cu_q, cu_k, bug=False, **kw)
+
+
+def varlen_boundary(q, k, v, **kw):
+    """Varlen boundary crossing: each packed sequence's keys run one past its end, into the next
+    sequence (the dense entry point is the production kernel; `varlen_fn` carries the bug).
+    FlashInfer #4347, vLLM PR #27547."""
+    return _prod(q, k, v, **kw)
+
+
+def varlen_fixed(q, k, v, **kw):
+    return _prod(q, k, v, **kw)
+
+
+varlen_boundary.flashcheck = {"varlen_fn": _varlen_boundary_fn}
+varlen_fixed.flashcheck = {"varlen_fn": _varlen_fixed_fn}
+
+
+def _split_merge(q, k, v, *, bug: bool = False, causal=False, scale=None, kv_lens=None, causal_align="top_left",
+                 softcap=0.0, return_lse=False, splits: int = 2, **kw):
+    """Split-KV by hand: each split is a production call on its keys (a boolean mask carries the
+    global causal/kv_lens visibility), then the splits' (o, lse) are merged in torch."""
+    _check_inputs(q, k, v, causal, scale, kv_lens, causal_align=causal_align, softcap=softcap)
+    B, Hq, M, _ = q.shape
+    N = k.shape[2]
+    lens = kv_lens.tolist() if kv_lens is not None else [N] * B
+    vis = torch.from_numpy(np.stack([_visibility(M, N, lens[b], bool(causal), None, causal_align)
+                                     for b in range(B)])[:, None]).to(q.device)
+    cuts = [round(i * N / splits) for i in range(splits + 1)]
+    os, lses = [], []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        o_s, l_s = _prod(q, k[:, :, a:b], v[:, :, a:b], scale=scale, softcap=softcap, attn_mask=vis[..., a:b],
+                         return_lse=True)
+        os.append(o_s.float())
+        lses.append(l_s)
+    lse = torch.stack(lses)  # (S, B, Hq, M)
+    m = lse.max(dim=0).values
+    if not bug:  # -inf safe: a row whose every split is empty keeps weight 0, not exp(-inf - -inf)
+        m = torch.where(torch.isinf(m) & (m < 0), torch.zeros_like(m), m)
+    w = torch.exp(lse - m)
+    tot = w.sum(0)
+    o = (w[..., None] * torch.stack(os)).sum(0) / torch.where(tot == 0, torch.ones_like(tot), tot)[..., None]
+    o = o.to(q.dtype)
+    out_lse = m + torch.log(tot)
+    return (o, out_lse) if return_lse else o
+
+
+def split_merge_empty(q, k, v, **kw):
+    """Merge of empty split states: the merge takes exp(lse_s - max lse) with every split of a row
+    empty (lse = -inf): exp(-inf - -inf) = NaN where zeros are due. FlashInfer #4051."""
+    return _split_merge(q, k, v, bug=True, **kw)
+
+
+_SPLIT_CAPS = {"window": False, "attn_mask": False, "splits": False, "gqa": True}
+split_merge_empty.flashcheck = dict(_SPLIT_CAPS)
+
+
+def _lse_convention(q, k, v, *, bug: bool = False, return_lse=False, **kw):
+    o, lse = _prod(q, k, v, return_lse=True, **kw)
+    if bug:  # FlashAttention 2 writes +inf for rows with no key; this kernel declares -inf
+        lse = torch.where(lse == float("-inf"), torch.full_like(lse, float("inf")), lse)
+    return (o, lse) if return_lse else o
+
+
+def lse_empty_rows(q, k, v, **kw):
+    """LSE convention for empty rows: +inf (FlashAttention 2's choice) while declaring -inf (the
+    torch.logsumexp convention) — whoever consumes it (a merge, the backward) gets it backwards.
+    FlashAttention PR #1851, FlashInfer #2169."""
+    return _lse_convention(q, k, v, bug=True, **kw)
+
+
+def _mask_sense(q, k, v, *, bug: bool = False, attn_mask=None, **kw):
+    if bug and attn_mask is not None and attn_mask.dtype == torch.bool:
+        attn_mask = ~attn_mask  # True read as "masked out" (the SDPA convention inverted)
+    return _prod(q, k, v, attn_mask=attn_mask, **kw)
+
+
+def inverted_bool_mask(q, k, v, **kw):
+    """Boolean attn_mask inverted: True taken as "masked out" instead of SDPA's "takes part" (one
+    public SDPA-style Triton kernel; its own tests never pass a boolean mask)."""
+    return _mask_sense(q, k, v, bug=True, **kw)
+
+
+def _qkv_gqa(b=1, hq=6, hkv=2, m=5, n=40, d=16, seed=1, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    mk = lambda h, s: torch.randn(b, h, s, d, generator=g).to(dtype).to(DEVICE)  # noqa: E731
+    return mk(hq, m), mk(hkv, n), mk(hkv, n)
+
+
+def _trigger_gqa():
+    q, k, v = _qkv_gqa()
+    return dict(q=q, k=k, v=v)
+
+
+def _trigger_softcap():
+    q, k, v = _qkv(d=16)
+    return dict(q=q * 4, k=k * 4, v=v, softcap=1.0)
+
+
+def _trigger_window():
+    q, k, v = _qkv(m=20, n=20)
+    return dict(q=q, k=k, v=v, window=(0, 0))
+
+
+def _trigger_varlen():
+    g = torch.Generator().manual_seed(2)
+    lq, lk = [3, 1, 5], [4, 1, 6]
+    q = torch.randn(sum(lq), 2, 8, generator=g).to(DEVICE)
+    k = torch.randn(sum(lk), 2, 8, generator=g).to(DEVICE)
+    v = torch.randn(sum(lk), 2, 8, generator=g).to(DEVICE)
+    cu = lambda ls: torch.tensor(np.concatenate([[0], np.cumsum(ls)]), dtype=torch.int32, device=DEVICE)  # noqa: E731
+    return dict(q=q, k=k, v=v, cu_seqlens_q=cu(lq), cu_seqlens_k=cu(lk), max_seqlen_q=5, max_seqlen_k=6)
+
+
+def _trigger_split():
+    q, k, v = _qkv(b=2, n=40)
+    return dict(q=q, k=k, v=v, kv_lens=torch.tensor([0, 40], dtype=torch.int32, device=DEVICE))
+
+
+def _trigger_lse():
+    q, k, v = _qkv(b=2, n=40)
+    return dict(q=q, k=k, v=v, kv_lens=torch.tensor([0, 40], dtype=torch.int32, device=DEVICE), return_lse=True)
+
+
+def _trigger_mask():
+    q, k, v = _qkv(m=8, n=12)
+    mask = torch.zeros(8, 12, dtype=torch.bool, device=DEVICE)
+    mask[:, :3] = True
+    return dict(q=q, k=k, v=v, attn_mask=mask)
+
+
+_FEATURE_CLASSES = {
+    "gqa_head_mapping": ("GQA head mapping", _trigger_gqa, functools.partial(_gqa, bug=False), "matches_oracle"),
+    "softcap_ignored": ("softcap accepted but not applied", _trigger_softcap,
+                        functools.partial(_softcap, bug=False), "matches_oracle"),
+    "window_off_by_one": ("window off by one", _trigger_window, functools.partial(_window, bug=False),
+                          "matches_oracle"),
+    "varlen_boundary": ("varlen boundary crossing", _trigger_varlen, varlen_fixed, "matches_oracle"),
+    "split_merge_empty": ("merge of empty split states", _trigger_split,
+                          functools.partial(_split_merge, bug=False), "special_values"),
+    "lse_empty_rows": ("LSE convention for empty rows", _trigger_lse, functools.partial(_lse_convention, bug=False),
+                       "special_values"),
+    "inverted_bool_mask": ("boolean attn_mask inverted", _trigger_mask, functools.partial(_mask_sense, bug=False),
+                           "matches_oracle"),
+}
+for _name, (_cls, _trig, _fixed, _hint) in _FEATURE_CLASSES.items():
+    _fn = globals()[_name]
+    ZOO[_name] = ZooKernel(
+        name=_name, family="attention", bug_class=_cls, references=" ".join(inspect.getdoc(_fn).split()),
+        broken=_fn, fixed=_fixed, trigger=_trig, caps=dict(getattr(_fn, "flashcheck", {})), property_hint=_hint,
     )
 
 __all__ = list(ZOO)
