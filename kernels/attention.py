@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ._runtime import on_input_device
 from ._common import (
     DEVICE, INTERPRET, LOG2E, bf16_as_bits, check_float, kernel_view, load_f32_zero, store_f32, tl, triton,
 )
@@ -317,6 +318,7 @@ def _wide(cfg: AttnConfig, *ts: torch.Tensor) -> bool:
     return any(span * (abs(t.stride(2)) + abs(t.stride(3))) >= 2**31 for t in ts)
 
 
+@on_input_device
 def attention(
     q: torch.Tensor,
     k: torch.Tensor,
