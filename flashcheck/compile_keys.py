@@ -11,10 +11,14 @@ the keys can be counted: this plugin records them per test.
 prints, after the run, the tests with the most distinct keys (keys already met by an earlier
 test of the same process are not counted again: that is what a worker's cache does). The counts
 follow the run's own shapes: under the interpreter they are smaller than a GPU run's.
+
+`FLASHCHECK_NO_SPECIALIZE=name,name,...` counts as if those arguments were listed in
+`@triton.jit(do_not_specialize=[...])`: a what-if for cutting compilations.
 """
 from __future__ import annotations
 
 import inspect
+import os
 from collections import defaultdict
 from typing import Any
 
@@ -24,6 +28,7 @@ _SEEN: set[tuple] = set()
 _PER_TEST: dict[str, set[tuple]] = defaultdict(set)
 _CURRENT: list[str] = []
 _TOP = 25
+_NO_SPECIALIZE = frozenset(filter(None, os.environ.get("FLASHCHECK_NO_SPECIALIZE", "").split(",")))
 
 
 def _arg_key(value: Any, constexpr: bool) -> Any:
@@ -48,7 +53,7 @@ def specialisation_key(fn: Any, args: tuple, kwargs: dict[str, Any]) -> tuple:
     bound.update({k: v for k, v in kwargs.items() if k in {p.name for p in params}})
     options = tuple(sorted((k, repr(v)) for k, v in kwargs.items() if k not in bound))
     parts = tuple((p.name, _arg_key(bound[p.name], "constexpr" in str(p.annotation)))
-                  for p in params if p.name in bound)
+                  for p in params if p.name in bound and p.name not in _NO_SPECIALIZE)
     return (getattr(fn, "__qualname__", repr(fn)), parts, options)
 
 
