@@ -137,6 +137,7 @@ def test_hanging_kernel_fails_with_a_timeout(tmp_path: Path) -> None:
     assert wall < 120, f"the timeout took {wall:.0f} s to end a 5 s test"
 
 
+@pytest.mark.slow
 def test_default_timeout_follows_the_tier() -> None:
     run = run_pytest("--collect-only", "--hypothesis-profile", "smoke", "tests/test_regressions.py", "-v",
                      timeout=300)
