@@ -25,12 +25,12 @@ PROFILES: dict[str, dict[str, Any]] = {
     # would only ever touch the smallest shape; a second reaches a drawn one.
     "smoke": dict(max_examples=2, derandomize=True, database=None),
     "ci": dict(max_examples=12, derandomize=True, database=None),
-    "dev": dict(max_examples=25),
+    "dev": dict(max_examples=25, derandomize=False),
     # An order of magnitude more than ci (the GPU runs kernels in microseconds), still
     # derandomized so GPU CI is repeatable.
     "gpu": dict(max_examples=120, derandomize=True, database=None),
     # As many as gpu, random: each `--hypothesis-seed` is a new sample.
-    "soak": dict(max_examples=120, database=None),
+    "soak": dict(max_examples=120, derandomize=False, database=None),
 }
 
 #: Default per-test timeout (seconds) for each tier, applied when neither `--timeout`,
@@ -46,9 +46,16 @@ _COMMON: dict[str, Any] = dict(deadline=None, suppress_health_check=_SLOW_OK, pr
 
 
 def register_profiles() -> None:
-    """Register every tier with Hypothesis (idempotent: registering again replaces)."""
+    """Register every tier with Hypothesis (idempotent: registering again replaces).
+
+    Each inherits from Hypothesis's pristine "default" profile, not from whatever is loaded: with
+    `CI` set, Hypothesis loads its own derandomized "ci" profile on import, and a profile
+    registered then would inherit `derandomize=True` (a soak run under CI=true would draw the
+    same examples for every seed).
+    """
+    base = settings.get_profile("default")
     for name, kw in PROFILES.items():
-        settings.register_profile(name, **kw, **_COMMON)
+        settings.register_profile(name, parent=base, **kw, **_COMMON)
 
 
 def _truthy(value: str | None) -> bool:
