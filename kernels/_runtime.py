@@ -5,8 +5,11 @@ project that imports triton imports this one first.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import sys
+from typing import Callable, TypeVar
 
 import torch
 
@@ -31,7 +34,30 @@ if INTERPRET:
 
     _install_exact_interpreter()
 
-__all__ = ["DEVICE", "INTERPRET", "triton", "tl", "check_device"]
+__all__ = ["DEVICE", "INTERPRET", "triton", "tl", "check_device", "on_input_device"]
+
+F = TypeVar("F", bound=Callable[..., torch.Tensor])
+
+
+def on_input_device(fn: F) -> F:
+    """Run a launcher with its first tensor's GPU as the current device.
+
+    Triton launches on the *current* device and its current stream, not the tensors' device:
+    without this, inputs on cuda:1 while cuda:0 is current would be read from cuda:0's stream
+    (FlashAttention #1782; tests/test_devices.py).
+    """
+
+    @functools.wraps(fn)
+    def launch(*args, **kwargs):
+        first = args[0] if args else None
+        if isinstance(first, torch.Tensor) and first.device.type == "cuda":
+            ctx = torch.cuda.device(first.device)
+        else:
+            ctx = contextlib.nullcontext()
+        with ctx:
+            return fn(*args, **kwargs)
+
+    return launch  # type: ignore[return-value]
 
 
 def check_device(name: str, t: torch.Tensor) -> None:

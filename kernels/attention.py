@@ -60,6 +60,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ._runtime import on_input_device
 from ._common import (
     DEVICE, INTERPRET, LOG2E, bf16_as_bits, check_device, check_float, kernel_view, load_f32_zero, store_f32, tl,
     triton,
@@ -727,6 +728,7 @@ def _launch(q4, k4, v4, o4, lse3, *, batch: int, m_max: int, n_max: int, cu_q, c
         )
 
 
+@on_input_device
 def attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -782,6 +784,7 @@ def attention(
     return (o, lse) if return_lse else o
 
 
+@on_input_device
 def attention_varlen(
     q: torch.Tensor,
     k: torch.Tensor,

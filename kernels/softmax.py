@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ._runtime import on_input_device
 from ._common import (
     DEVICE, INTERPRET, LOG2E, bf16_as_bits, check_float, check_out, kernel_view, load_f32, store_f32, tl, triton,
 )
@@ -78,6 +79,7 @@ def _prepare(x: torch.Tensor, out_dtype: torch.dtype | None, out: torch.Tensor |
     return out
 
 
+@on_input_device
 def softmax_row(
     x: torch.Tensor,
     *,
@@ -230,6 +232,7 @@ def online_config(n: int = 0, dtype: torch.dtype = torch.float16, *, block_n: in
     return OnlineConfig(block, warps)
 
 
+@on_input_device
 def softmax_online(
     x: torch.Tensor,
     *,
@@ -357,6 +360,7 @@ def split_config(n: int = 0, dtype: torch.dtype = torch.float16, *, block_n: int
     return SplitConfig(block, iters, mb, warps, mwarps)
 
 
+@on_input_device
 def softmax_split(
     x: torch.Tensor,
     *,

@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from flashcheck import HOME as ROOT, IMPORT_ROOT
+from flashcheck import HOME as ROOT
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
 KILL_ENV = "FLASHCHECK_KILL_JSON"
 NO_SHRINK_ENV = "FLASHCHECK_KILL_NO_SHRINK"
@@ -133,11 +133,9 @@ def pytest_sessionfinish(session, exitstatus) -> None:  # noqa: ANN001
 # ---- the runner ------------------------------------------------------------------------------------
 
 def _clean_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_", "HYPOTHESIS_", "FLASHCHECK_")) and k not in ("CI",)}
-    env["CI"] = "true"  # the derandomized ci profile
-    env["PYTHONPATH"] = os.pathsep.join([str(IMPORT_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    return env
+    from flashcheck.selftest import clean_env
+
+    return clean_env({"CI": "true"})  # the derandomized ci profile
 
 
 def _fixture_summary(directory: Path) -> dict[str, Any] | None:

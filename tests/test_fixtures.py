@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -13,9 +12,10 @@ import pytest
 import torch
 
 from flashcheck.kernels import DEVICE
-from flashcheck.harness import Case, fixture_key, fixture_payload, load_fixture
+from flashcheck.harness import SAVE_ENV, Case, fixture_key, fixture_payload, load_fixture
 
-from flashcheck import HOME as ROOT, IMPORT_ROOT
+from flashcheck import HOME as ROOT
+from flashcheck.selftest import run_pytest
 
 BROKEN = textwrap.dedent('''
     import torch
@@ -29,10 +29,9 @@ BROKEN = textwrap.dedent('''
 
 
 def _pytest(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(IMPORT_ROOT)}
-    env.pop("PYTEST_XDIST_WORKER", None)
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", "--hypothesis-profile", "ci",
-                           *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    # A clean environment: the outer run's flags (--no-save-fixtures, a worker id, PYTEST_ADDOPTS)
+    # must not reach the run under test.
+    return run_pytest("--hypothesis-profile", "ci", *args, cwd=cwd)
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +44,7 @@ def broken_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, su
     return tmp, fixtures, run
 
 
+@pytest.mark.slow
 def test_broken_kernel_leaves_one_minimal_fixture(broken_run) -> None:
     tmp, fixtures, run = broken_run
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
@@ -59,6 +59,7 @@ def test_broken_kernel_leaves_one_minimal_fixture(broken_run) -> None:
     assert not list(fixtures.glob(".tmp-*")), "a temporary file was left behind"
 
 
+@pytest.mark.slow
 def test_fixture_fails_on_replay(broken_run) -> None:
     tmp, fixtures, _ = broken_run
     run = _pytest("tests/test_regressions.py", "--kernel", f"{tmp}/broken.py:broken_tail", "--family", "softmax",
@@ -66,6 +67,16 @@ def test_fixture_fails_on_replay(broken_run) -> None:
     assert run.returncode == 1 and "1 failed" in run.stdout, run.stdout[-3000:] + run.stderr[-3000:]
 
 
+@pytest.mark.slow
+def test_self_tests_pass_under_no_save_fixtures() -> None:
+    """The outer run's --no-save-fixtures (as a flag, in PYTEST_ADDOPTS and as the environment
+    variable) must not reach the runs these self-tests start: they save fixtures on purpose."""
+    run = run_pytest("tests/test_fixtures.py", "-k", "minimal_fixture or fails_on_replay", "--no-save-fixtures",
+                     env={"PYTEST_ADDOPTS": "--no-save-fixtures", SAVE_ENV: "0"}, timeout=900)
+    assert run.returncode == 0 and "2 passed" in run.stdout, run.stdout[-3000:] + run.stderr[-3000:]
+
+
+@pytest.mark.slow
 def test_saving_can_be_switched_off(tmp_path: Path) -> None:
     (tmp_path / "broken.py").write_text(BROKEN)
     fixtures = tmp_path / "fixtures"

@@ -105,6 +105,7 @@ def test_trigger_shows_the_bug_and_only_the_bug(name: str) -> None:
     assert not wrong(z.fixed, _trigger(z)), f"{name}: the fixed twin is wrong too: the zoo kernel has another defect"
 
 
+@pytest.mark.slow  # a subprocess run of the suite per zoo kernel
 @pytest.mark.parametrize("name", sorted(ZOO))
 def test_the_default_suite_catches_it(name: str) -> None:
     from flashcheck.reports.kill_matrix import run_zoo_kernel

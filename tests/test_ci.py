@@ -1,0 +1,215 @@
+"""The CI machinery itself: tiers, one GPU per xdist worker (mapping logic, with a fake GPU count),
+markers, the per-test timeout, sharding across CI jobs and the workflows users copy."""
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import settings
+
+from flashcheck import HOME as ROOT, devices, profiles
+from flashcheck.selftest import run_pytest
+
+# ---- tiers ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name,examples,derandomized", [
+    ("smoke", 2, True), ("ci", 12, True), ("dev", 25, False), ("gpu", 120, True), ("soak", 120, False)])
+def test_profiles_are_the_documented_tiers(name: str, examples: int, derandomized: bool) -> None:
+    s = settings.get_profile(name)
+    assert (s.max_examples, s.derandomize, s.deadline) == (examples, derandomized, None), s
+    if derandomized:
+        assert s.database is None  # repeatable CI: nothing replayed from a local database
+
+
+def test_default_profile() -> None:
+    assert profiles.default_profile(gpu=True, environ={}) == "gpu"
+    assert profiles.default_profile(gpu=True, environ={"CI": "true"}) == "gpu"
+    assert profiles.default_profile(gpu=False, environ={"CI": "true"}) == "ci"
+    assert profiles.default_profile(gpu=False, environ={"CI": "0"}) == "dev"
+    assert profiles.default_profile(gpu=False, environ={}) == "dev"
+
+
+def test_every_tier_has_a_timeout() -> None:
+    assert set(profiles.TIMEOUTS) == set(profiles.PROFILES)
+    assert profiles.default_timeout("my-own-profile") == profiles.TIMEOUTS["dev"]
+
+
+# ---- one GPU per xdist worker --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("worker", ["master", "", "gw", "gwx", "g1", None])
+def test_not_a_worker(worker: str | None) -> None:
+    env = {} if worker is None else {"PYTEST_XDIST_WORKER": worker}
+    assert devices.assign_worker_gpu(env, count=lambda: 4) is None
+    assert devices.VISIBLE not in env
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 3, 8])
+def test_worker_n_gets_gpu_n_mod_g(gpus: int) -> None:
+    for n in range(2 * gpus + 1):
+        env = {"PYTEST_XDIST_WORKER": f"gw{n}"}
+        got = devices.assign_worker_gpu(env, count=lambda: gpus)
+        order = env[devices.VISIBLE].split(",")
+        assert got == order[0] == str(n % gpus), (n, gpus, env)
+        # Its GPU first (cuda:0 in the worker), every other GPU still visible once.
+        assert sorted(order, key=int) == [str(i) for i in range(gpus)]
+        assert env[devices.ASSIGNED] == got
+
+
+def test_explicit_visible_devices_are_respected() -> None:
+    # A runner that hands the job GPUs 3 and 5 (or UUIDs): workers share out exactly those.
+    for n, first in [(0, "3"), (1, "5"), (2, "3"), (3, "5")]:
+        env = {"PYTEST_XDIST_WORKER": f"gw{n}", devices.VISIBLE: "3, 5"}
+        assert devices.assign_worker_gpu(env, count=lambda: pytest.fail("must not count GPUs")) == first
+    env = {"PYTEST_XDIST_WORKER": "gw1", devices.VISIBLE: "GPU-aaaa,GPU-bbbb,GPU-cccc"}
+    assert devices.assign_worker_gpu(env, count=lambda: 0) == "GPU-bbbb"
+    assert env[devices.VISIBLE] == "GPU-bbbb,GPU-cccc,GPU-aaaa"
+
+
+@pytest.mark.parametrize("env_visible,count", [("", 8), (None, 0), (None, None)])
+def test_no_gpu_leaves_the_environment_alone(env_visible: str | None, count: int | None) -> None:
+    env = {"PYTEST_XDIST_WORKER": "gw3"}
+    if env_visible is not None:
+        env[devices.VISIBLE] = env_visible
+    before = dict(env)
+    assert devices.assign_worker_gpu(env, count=lambda: count) is None
+    assert env == before
+
+
+def test_gpu_count_does_not_start_cuda() -> None:
+    # Counting must not initialise CUDA, or the variable set afterwards would be ignored.
+    import torch
+
+    devices.gpu_count()
+    assert not torch.cuda.is_initialized()
+
+
+# ---- markers -------------------------------------------------------------------------------------
+
+
+def _collected(run) -> list[str]:
+    return [line for line in run.stdout.splitlines() if "::" in line]
+
+
+@pytest.mark.slow
+def test_family_and_slow_markers_select() -> None:
+    files = ["tests/test_softmax.py", "tests/test_attention.py", "tests/test_fixtures.py", "tests/test_softmax_gpu.py"]
+    run = run_pytest("--collect-only", "-m", "softmax and not slow", *files, timeout=300)
+    ids = _collected(run)
+    assert run.returncode == 0 and ids, run.stdout[-2000:] + run.stderr[-2000:]
+    assert all(i.startswith(("tests/test_softmax.py::", "tests/test_softmax_gpu.py::")) for i in ids), ids
+    assert "PytestUnknownMarkWarning" not in run.stdout + run.stderr
+    run = run_pytest("--collect-only", "-m", "gpu_only", *files, timeout=300)
+    gpu = _collected(run)
+    assert gpu and all(i.startswith("tests/test_softmax_gpu.py::") for i in gpu), gpu
+    run = run_pytest("--collect-only", "-m", "slow", *files, timeout=300)
+    assert any(i.startswith("tests/test_fixtures.py::") for i in _collected(run)), run.stdout[-2000:]
+
+
+# ---- per-test timeout ----------------------------------------------------------------------------
+
+HANG = '''
+import time
+
+
+def hang(x):
+    """A kernel that never returns (a deadlocked launch, a spin on a flag nobody sets)."""
+    while True:
+        time.sleep(60)
+'''
+
+
+@pytest.mark.slow
+def test_hanging_kernel_fails_with_a_timeout(tmp_path: Path) -> None:
+    (tmp_path / "hang.py").write_text(HANG)
+    t0 = time.monotonic()
+    run = run_pytest("tests/test_softmax.py", "-k", "test_adversarial_class and benign and fp32",
+                     "--kernel", f"{tmp_path}/hang.py:hang", "--family", "softmax", "--no-save-fixtures",
+                     "--hypothesis-profile", "ci", "--timeout", "5", timeout=300)
+    wall = time.monotonic() - t0
+    out = run.stdout + run.stderr
+    assert run.returncode != 0, out[-3000:]
+    assert "+ Timeout +" in out and "hang.py" in out, out[-3000:]  # the stack dump names the culprit
+    assert wall < 120, f"the timeout took {wall:.0f} s to end a 5 s test"
+
+
+@pytest.mark.slow
+def test_default_timeout_follows_the_tier() -> None:
+    run = run_pytest("--collect-only", "--hypothesis-profile", "smoke", "tests/test_regressions.py", "-v",
+                     timeout=300)
+    assert f"timeout: {profiles.TIMEOUTS['smoke']}s" in run.stdout, run.stdout[-2000:]
+    assert "timeout method: thread" in run.stdout, run.stdout[-2000:]
+    run = run_pytest("--collect-only", "--hypothesis-profile", "smoke", "--timeout", "7",
+                     "tests/test_regressions.py", "-v", timeout=300)
+    assert "timeout: 7.0s" in run.stdout, run.stdout[-2000:]
+
+
+# ---- sharding across CI jobs ---------------------------------------------------------------------
+
+DURATIONS = ROOT / ".test_durations"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not DURATIONS.is_file(), reason="no recorded .test_durations (an installed suite)")
+def test_shards_partition_the_suite() -> None:
+    subset = ["tests/test_oracles.py", "tests/test_attention.py"]
+    everything = set(_collected(run_pytest("--collect-only", *subset, timeout=300)))
+    groups = []
+    for g in (1, 2):
+        run = run_pytest("--collect-only", "--splits", "2", "--group", str(g), "--splitting-algorithm",
+                         "least_duration", "--durations-path", str(DURATIONS), *subset, timeout=300)
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+        groups.append(set(_collected(run)))
+    assert everything and all(groups), groups
+    assert not groups[0] & groups[1], sorted(groups[0] & groups[1])[:5]
+    assert groups[0] | groups[1] == everything
+    # Balanced by the recorded durations, not by count.
+    recorded = json.loads(DURATIONS.read_text())
+    times = [sum(recorded.get(i, 0.0) for i in g) for g in groups]
+    assert min(times) > 0.5 * max(times), times
+
+
+def test_recorded_durations_name_real_tests() -> None:
+    recorded = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
+    assert recorded, "record with: CI=true pytest -p no:xdist --store-durations (see README)"
+    files = {k.split("::")[0] for k in recorded}
+    assert all((ROOT / f).is_file() for f in files), sorted(f for f in files if not (ROOT / f).is_file())
+
+
+# ---- workflows -----------------------------------------------------------------------------------
+
+WORKFLOWS = ROOT / ".github" / "workflows"
+
+
+def _workflow(name: str) -> dict:
+    yaml = pytest.importorskip("yaml")
+    return yaml.safe_load((WORKFLOWS / name).read_text())
+
+
+def _run_lines(job: dict) -> str:
+    return "\n".join(step.get("run", "") for step in job["steps"])
+
+
+def test_cpu_workflow_runs_the_ci_script() -> None:
+    wf = _workflow("cpu.yml")
+    assert "bash .ci/run" in "\n".join(_run_lines(j) for j in wf["jobs"].values())
+
+
+def test_gpu_workflow_shards_over_its_matrix() -> None:
+    wf = _workflow("gpu.yml")
+    job = wf["jobs"]["gpu"]
+    assert "self-hosted" in job["runs-on"] and "gpu" in job["runs-on"]
+    groups = job["strategy"]["matrix"]["group"]
+    run = _run_lines(job)
+    splits = int(re.search(r"--splits[ =](\d+)", run).group(1))
+    assert sorted(groups) == list(range(1, splits + 1)), (groups, splits)
+    for needed in ("-n auto", "--junitxml", "--group ${{ matrix.group }}", "--hypothesis-profile gpu"):
+        assert needed in run, needed
+    uploaded = "\n".join(str(s.get("with", {}).get("path", "")) for s in job["steps"]
+                         if str(s.get("uses", "")).startswith("actions/upload-artifact"))
+    for artefact in ("junit", "tests/regressions", "reports/out"):
+        assert artefact in uploaded, artefact
