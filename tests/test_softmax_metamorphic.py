@@ -72,7 +72,7 @@ def shift_limits(fmt: Format) -> tuple[float, int, int]:
 
 
 @composite
-def shift_cases(draw, *, fmt: Format, max_n: int) -> Case:
+def shift_cases(draw, *, fmt: Format, max_n: int, strided: bool = True) -> Case:
     """Rows of multiples of q (some -inf, a NaN or +inf now and then), a shift c that keeps every
     x_i + c exact; shifts past 88 make a kernel without max subtraction overflow."""
     q, kx, kc = shift_limits(fmt)
@@ -87,14 +87,14 @@ def shift_cases(draw, *, fmt: Format, max_n: int) -> Case:
     if special is not None:
         v[draw(st.integers(0, m - 1)), draw(st.integers(0, n - 1))] = special
     c = draw(st.one_of(st.integers(-kc, kc), st.sampled_from([kc, -kc, 1, -1]))) * q
-    x = materialize(v, fmt, draw(layouts()), DEVICE)
+    x = materialize(v, fmt, draw(layouts(strided=strided)), DEVICE)
     return Case(tensors={"x": x, "shift": torch.tensor(float(c), dtype=torch.float64)},
                 label=f"shift/c={c:g}")
 
 
 @composite
-def permuted_cases(draw, *, fmt: Format, max_n: int) -> Case:
-    case = draw(softmax_cases(fmt=fmt, max_n=max_n))
+def permuted_cases(draw, *, fmt: Format, max_n: int, strided: bool = True) -> Case:
+    case = draw(softmax_cases(fmt=fmt, max_n=max_n, strided=strided))
     n = case.tensors["x"].shape[1]
     kind = draw(st.sampled_from(["random", "reverse", "rotate"]))
     if kind == "random":
@@ -123,8 +123,8 @@ def _sentinel_view(shape: tuple[int, int], dtype: torch.dtype, layout: Layout) -
 
 
 @composite
-def out_view_cases(draw, *, fmt: Format, max_n: int) -> Case:
-    case = draw(softmax_cases(fmt=fmt, max_n=max_n))
+def out_view_cases(draw, *, fmt: Format, max_n: int, strided: bool = True) -> Case:
+    case = draw(softmax_cases(fmt=fmt, max_n=max_n, strided=strided))
     x = case.tensors["x"]
     layout = draw(out_layouts())
     case.tensors["out"] = _sentinel_view(tuple(x.shape), x.dtype, layout)
@@ -136,19 +136,19 @@ def out_view_cases(draw, *, fmt: Format, max_n: int) -> Case:
 
 @given(data=st.data())
 def test_shift_invariance(spec: KernelSpec, dtype: torch.dtype, data: st.DataObject) -> None:
-    case = data.draw(shift_cases(fmt=format_of(dtype), max_n=meta_max_n(spec)), label="case")
+    case = data.draw(shift_cases(fmt=format_of(dtype), max_n=meta_max_n(spec), strided=not spec.contiguous_only), label="case")
     check(spec, "shift_invariant", case)
 
 
 @given(data=st.data())
 def test_permutation_equivariance(spec: KernelSpec, dtype: torch.dtype, data: st.DataObject) -> None:
-    case = data.draw(permuted_cases(fmt=format_of(dtype), max_n=meta_max_n(spec)), label="case")
+    case = data.draw(permuted_cases(fmt=format_of(dtype), max_n=meta_max_n(spec), strided=not spec.contiguous_only), label="case")
     check(spec, "permutation_equivariant", case)
 
 
 @given(data=st.data())
 def test_configs_and_determinism(spec: KernelSpec, dtype: torch.dtype, data: st.DataObject) -> None:
-    case = data.draw(softmax_cases(fmt=format_of(dtype), max_n=meta_max_n(spec)), label="case")
+    case = data.draw(softmax_cases(fmt=format_of(dtype), max_n=meta_max_n(spec), strided=not spec.contiguous_only), label="case")
     check(spec, "deterministic", case)
     check(spec, "configs_identical", case)
     check(spec, "tunings_within_bound", case)
@@ -159,11 +159,11 @@ def test_guard_bands(spec: KernelSpec, dtype: torch.dtype, data: st.DataObject) 
     if not accepts_out(spec):
         pytest.skip(f"{spec.name} takes no out= argument (an external kernel declares it by accepting "
                     f"`out` or **kwargs), so there is no output view to guard")
-    case = data.draw(out_view_cases(fmt=format_of(dtype), max_n=meta_max_n(spec)), label="case")
+    case = data.draw(out_view_cases(fmt=format_of(dtype), max_n=meta_max_n(spec), strided=not spec.contiguous_only), label="case")
     check(spec, "guard_bands", case)
 
 
 @given(data=st.data())
 def test_nan_guard_invisible(spec: KernelSpec, dtype: torch.dtype, data: st.DataObject) -> None:
-    case = data.draw(softmax_cases(fmt=format_of(dtype), max_n=meta_max_n(spec)), label="case")
+    case = data.draw(softmax_cases(fmt=format_of(dtype), max_n=meta_max_n(spec), strided=not spec.contiguous_only), label="case")
     check(spec, "nan_guard_invisible", case)
