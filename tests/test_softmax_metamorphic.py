@@ -1,36 +1,7 @@
-"""Metamorphic and memory properties of every registered softmax kernel (NUMERICS.md section 4).
-
-They need no oracle for their verdict (the permutation test uses the derived bound as its
-tolerance), and each is registered with `@prop` and run through `harness.check`, so a shrunk
-failure is saved as an exact-bit fixture like any other:
-
-* shift_invariant: softmax(x + c) has the same bits as softmax(x) when every x_i + c is exact.
-  The strategy draws multiples of a quantum q with |x_i| + |c| small enough that x_i + c and
-  x_i - max are exact in the input format and in fp32; a kernel that subtracts the max before
-  any other rounding then computes bit-identical values ((x_i + c) - (m + c) = x_i - m). A kernel
-  that rounds before subtracting (e.g. x * log2(e) - m * log2(e)) is still right but not
-  shift-exact: it declares `shift_exact=False` (a `flashcheck` dict key for external
-  kernels) and is then held to the derived bound instead.
-* permutation_equivariant: softmax(x P) = softmax(x) P within the derived bound, not bitwise:
-  permuting the columns reorders the fp32 sum (and moves values between chunks), so its last bits
-  may change. Each output is within its bound b of the same correctly rounded value, so the two
-  outputs are within 2b ULPs of each other (the ULP distance is a metric); exact specials (NaN,
-  the zeros of -inf entries, bound 0) must match exactly.
-* configs_identical: every launch configuration of `spec.configs` gives the default's bits.
-* tunings_within_bound: every configuration of `spec.tunings` (knobs that may reassociate the
-  sum) meets the oracle bound, as the default must.
-* deterministic: two runs give the same bits.
-* guard_bands: with `out=` a strided view inside a buffer of sentinel bits, the view holds the
-  default output's bits and no other byte of the buffer (or of the input) changes. Only kernels
-  whose signature takes `out` (the production kernels do); others are skipped with the reason.
-* nan_guard_invisible: the output on a view inside NaN guard data equals the output on the same
-  view inside zero guard data (a kernel that reads outside its view, or multiplies a masked
-  load by 0 instead of selecting, sees the difference).
-* input untouched is the core property `input_untouched` (tests/test_softmax.py), checked on
-  every case of every class there; guard_bands also checks the input when `out=` is given.
-
-"Same bits" counts any NaN as equal to any NaN (payloads are not part of the contract).
-"""
+"""Metamorphic and memory properties of every registered softmax kernel (NUMERICS.md section 4):
+the tests that draw cases for them. The properties themselves (shift invariance, permutation
+equivariance, configs and tunings, determinism, guard bands, NaN guard data) are package code,
+documented in `flashcheck.properties_softmax`."""
 from __future__ import annotations
 
 import numpy as np
