@@ -124,7 +124,8 @@ def attention(q, k, v, *, causal=False, scale=None, kv_lens=None):
 # What this kernel supports, declared: no causal mask, no kv_lens, power-of-two head dims >= 16,
 # the row sum taken from the fp32 P (FlashAttention's convention).
 attention.flashcheck = {"causal": False, "kv_lens": False, "head_dims": [16, 32, 64],
-                        "row_sum": "fp32_p", "block_n": 16}
+                        "row_sum": "fp32_p", "block_n": 16, "gqa": False, "dv": False, "window": False,
+                        "softcap": False, "lse": False, "attn_mask": False, "splits": False, "varlen": False}
 '''
 
 OWN_TEST = '''
@@ -214,7 +215,8 @@ def test_authors_own_suite_still_passes(author: dict) -> None:
 @pytest.mark.parametrize("target,family,select", [
     ("kernels/softmax.py:softmax", "softmax",
      "adversarial_class and (benign or subnormal or neg_inf_padding or huge_magnitude or author_peaks) or special"),
-    ("kernels/attention.py:attention", "attention", "adversarial_class or special or v_of_ones"),
+    ("kernels/attention.py:attention", "attention",
+     "adversarial_class and (benign or wide_logit or tied or strided or large_values)"),
 ])
 def test_check_passes_a_correct_kernel(author: dict, target: str, family: str, select: str) -> None:
     p = _run(["flashcheck", "check", target, "--family", family, "-q", "-p", "no:randomly", "-k", select],
