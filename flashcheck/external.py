@@ -201,6 +201,9 @@ def _import_file(path: Path) -> Any:
     if not path.is_file():
         raise KernelLoadError(f"kernel file {path}: no such file")
     name = f"flashcheck_external_{path.stem}"
+    loaded = sys.modules.get(name)
+    if loaded is not None and getattr(loaded, "__file__", None) == str(path):
+        return loaded  # `flashcheck check` loads the target, then its in-process pytest run does
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise KernelLoadError(f"kernel file {path}: not a Python module")
