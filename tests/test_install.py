@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -152,8 +153,13 @@ def author(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("install")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "FLASHCHECK_"))}
     env.pop("PYTHONPATH", None)
+    # Build from a copy: xdist workers each run this fixture, and setuptools writes build/ and
+    # *.egg-info into the source tree it builds (two builds in one tree race).
+    src = root / "src"
+    shutil.copytree(HOME, src, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "*.egg-info", "__pycache__", ".hypothesis", "flashcheck-re*", "out"))
     wheel = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                  "-w", str(root / "dist"), str(HOME)], root, env)
+                  "-w", str(root / "dist"), str(src)], root, env)
     assert wheel.returncode == 0, _explain(wheel)
     (whl,) = (root / "dist").glob("flashcheck-*.whl")
     venv = root / "venv"
