@@ -709,7 +709,8 @@ def _launch(q4, k4, v4, o4, lse3, *, batch: int, m_max: int, n_max: int, cu_q, c
         MASK_BF16_BITS=mask_kind == 2 and bf16_as_bits(mask4.dtype), RETURN_LSE=bool(return_lse),
         SPLIT=splits > 1, PACK_GQA=pack, BF16_BITS=bits, IS_FP32=dtype == torch.float32,
         EVEN_D=cfg.block_d == D, EVEN_DV=cfg.block_dv == Dv,
-        REVERSE_M=right >= 0 and not pack and splits == 1, WIDE=_wide(cfg, q4, k4, v4, o4),
+        REVERSE_M=right >= 0 and not pack and splits == 1,
+        WIDE=_wide(cfg, q4, k4, v4, o4, *((mask4,) if mask4 is not None else ())),
         ROWSUM_P32=bool(rowsum_fp32), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if splits > 1:

@@ -1,0 +1,95 @@
+"""Per-test results appended to a JSON-lines file as they happen (`-p flashcheck.results_log
+--results-log PATH`), so a run killed at its time limit still says what passed, failed and never
+ran. Written by the controlling process only (under xdist the workers' reports arrive there), one
+line per test phase that decides an outcome, flushed at once."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import pytest
+
+_KEY = pytest.StashKey[Any]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("flashcheck").addoption(
+        "--results-log", default=None, metavar="PATH",
+        help="append one JSON line per test outcome to PATH as the run goes (for runs that may be killed)")
+
+
+def _write(config: pytest.Config, record: dict[str, Any]) -> None:
+    fh = config.stash.get(_KEY, None)
+    if fh is not None:
+        fh.write(json.dumps(record) + "\n")
+        fh.flush()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    path = config.getoption("--results-log", None)
+    if not path or hasattr(config, "workerinput"):  # xdist worker: the controller writes
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    config.stash[_KEY] = open(path, "a", encoding="utf-8")  # noqa: SIM115  (closed at unconfigure)
+    _write(config, {"event": "start", "time": time.time(), "args": list(config.invocation_params.args)})
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    fh = config.stash.get(_KEY, None)
+    if fh is not None:
+        _write(config, {"event": "end", "time": time.time()})
+        fh.close()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    config = node.config
+    if not config.stash.get(_KEY, None) or config.stash.get(_COLLECTED, False):
+        return
+    config.stash[_COLLECTED] = True
+    _write(config, {"event": "collected", "count": len(ids), "ids": ids})
+
+
+_COLLECTED = pytest.StashKey[bool]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if hasattr(session.config, "workerinput") or getattr(session.config.option, "numprocesses", None):
+        return  # under xdist the controller hears the workers' collections instead
+    _write(session.config, {"event": "collected", "count": len(session.items),
+                            "ids": [i.nodeid for i in session.items]})
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    config = _CONFIG.get("config")
+    if config is None:
+        return
+    decisive = report.when == "call" or (report.when == "setup" and not report.passed) or (
+        report.when == "teardown" and report.failed)
+    if not decisive:
+        return
+    outcome = report.outcome if not (report.when != "call" and report.failed) else "error"
+    msg = ""
+    if report.failed:
+        msg = (getattr(report, "longreprtext", "") or "").strip().splitlines()[-1:] or [""]
+        msg = msg[0][:500]
+    elif report.skipped and isinstance(report.longrepr, tuple):
+        msg = str(report.longrepr[2])[:300]
+    _write(config, {"event": "test", "nodeid": report.nodeid, "outcome": outcome, "when": report.when,
+                    "duration": round(report.duration, 3), "worker": _worker(report), "message": msg,
+                    "time": time.time()})
+
+
+def _worker(report: pytest.TestReport) -> str | None:
+    gateway = getattr(getattr(report, "node", None), "gateway", None)  # xdist's WorkerController
+    return getattr(gateway, "id", None)
+
+
+_CONFIG: dict[str, pytest.Config] = {}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _CONFIG["config"] = session.config

@@ -1,0 +1,271 @@
+"""The one-call GPU lane: the whole suite in the gpu profile, the memory-safety sweep under
+compute-sanitizer, and the record `reports/gpu_run.md`.
+
+    python3 -m flashcheck.reports.gpu_lane --out DIR [--commit SHA] [--part K/N] [--suite-budget S]
+                                          [--sweep-budget S] [--no-suite] [--no-sweep]
+    python3 -m flashcheck.reports.gpu_lane --merge DIR1 DIR2 ... --out DIR   # add up parts
+
+Each test's outcome is appended to DIR/results.jsonl as it happens (`flashcheck.results_log`), so
+a run killed at its limit still tells what failed and what never ran. `--part K/N` runs the K-th
+of N slices of the collected tests (by test file, in a fixed order), for a suite that does not
+fit one call; `--merge` adds the parts' records up. The sweep (`memcheck_sweep`) runs in shards
+side by side, each restarted after a fault from the next case, so every faulting case is named.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from flashcheck import HOME
+
+
+def kernels_digest() -> str:
+    """sha256 over kernels/*.py (names and bytes): which kernels a record was made at."""
+    h = hashlib.sha256()
+    for p in sorted((HOME / "kernels").glob("*.py")):
+        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def device_line() -> str:
+    import torch
+    if not torch.cuda.is_available():
+        return "no GPU (Triton interpreter)"
+    p = torch.cuda.get_device_properties(0)
+    return (f"{torch.cuda.get_device_name(0)} ({p.multi_processor_count} SMs, {p.total_memory / 2**30:.0f} GiB), "
+            f"{torch.cuda.device_count()} GPU(s), torch {torch.__version__}, triton {_triton_version()}")
+
+
+def _triton_version() -> str:
+    import triton
+    return triton.__version__
+
+
+# ---- the suite -------------------------------------------------------------------------------
+
+def suite_files(part: str | None) -> list[str]:
+    files = sorted(str(p.relative_to(HOME)) for p in (HOME / "tests").glob("test_*.py"))
+    if not part:
+        return files
+    k, n = (int(v) for v in part.split("/"))
+    # Files ordered by their recorded CPU durations, dealt round-robin (the slow ones spread out).
+    weights = _file_weights()
+    files.sort(key=lambda f: -weights.get(f, 0.0))
+    return sorted(files[k - 1::n])
+
+
+def _file_weights() -> dict[str, float]:
+    path = HOME / ".test_durations"
+    if not path.exists():
+        return {}
+    out: dict[str, float] = {}
+    for nodeid, sec in json.loads(path.read_text()).items():
+        f = nodeid.split("::")[0]
+        out[f] = out.get(f, 0.0) + float(sec)
+    return out
+
+
+def run_suite(out: Path, files: list[str], budget: float, workers: str) -> dict:
+    log = out / "results.jsonl"
+    cmd = [sys.executable, "-m", "pytest", "-n", workers, "--hypothesis-profile", "gpu", "-p", "flashcheck.results_log",
+           "--results-log", str(log), "-q", "-rfE", "--tb=line", *files]
+    t0 = time.time()
+    with open(out / "pytest.log", "w") as fh:
+        try:
+            proc = subprocess.run(cmd, cwd=HOME, stdout=fh, stderr=subprocess.STDOUT, timeout=budget)
+            rc = proc.returncode
+        except subprocess.TimeoutExpired:
+            rc = "killed at the budget"
+    wall = time.time() - t0
+    return {"command": "pytest " + " ".join(cmd[3:]), "rc": rc, "wall_s": round(wall, 1), **tally(log)}
+
+
+def tally(log: Path) -> dict:
+    tests: dict[str, dict] = {}
+    collected: set[str] = set()
+    if log.exists():
+        for line in log.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut off by a kill
+            if rec.get("event") == "collected":
+                collected.update(rec.get("ids", []))
+            elif rec.get("event") == "test":
+                prev = tests.get(rec["nodeid"])
+                if prev is None or rec["outcome"] in ("failed", "error"):
+                    tests[rec["nodeid"]] = rec
+    counts = {k: sum(1 for r in tests.values() if r["outcome"] == k) for k in ("passed", "failed", "skipped", "error")}
+    return {"collected": len(collected), **counts, "not_run": sorted(collected - set(tests)),
+            "failures": sorted((r["nodeid"], r["message"]) for r in tests.values() if r["outcome"] in ("failed", "error")),
+            "slowest": sorted(((r["duration"], r["nodeid"]) for r in tests.values()), reverse=True)[:20]}
+
+
+# ---- the sanitizer sweep ------------------------------------------------------------------------
+
+def run_sweep(out: Path, budget: float, shards: int) -> dict:
+    """memcheck_sweep under compute-sanitizer in `shards` processes (case i goes to shard i % shards)."""
+    from flashcheck.reports import memcheck_sweep
+    total = len(memcheck_sweep.cases(big=True))
+    deadline = time.time() + budget
+    logs = [Path(f"/tmp/flashcheck-sanitizer-{os.getpid()}-{s}.log") for s in range(shards)]
+    procs = [subprocess.Popen([sys.executable, "-m", "flashcheck.reports.gpu_lane", "--sweep-shard", f"{s}/{shards}",
+                               "--deadline", str(deadline)], cwd=HOME, stdout=open(logs[s], "w"),
+                              stderr=subprocess.STDOUT) for s in range(shards)]
+    for p in procs:
+        try:
+            p.wait(timeout=max(1.0, deadline - time.time() + 30))
+        except subprocess.TimeoutExpired:
+            p.kill()
+    text = "\n".join(p.read_text(errors="replace") for p in logs)
+    (out / "sanitizer.log").write_text(text)
+    for p in logs:
+        p.unlink()
+    ok = len(set(re.findall(r"^OK (\d+)$", text, re.M)))
+    fails = sorted(set(re.findall(r"^FAIL (\d+ .*)$", text, re.M)))
+    errors = re.findall(r"^========= (Invalid .*|Out of bounds.*|Address .*|.*access.*)$", text, re.M)
+    kernels = sorted(set(re.findall(r"^=========\s+in (\S+)", text, re.M)))
+    summaries = re.findall(r"^========= ERROR SUMMARY: (\d+) error", text, re.M)
+    return {"cases": total, "ok": ok, "failed_cases": fails, "sanitizer_errors": sum(int(s) for s in summaries),
+            "error_lines": errors[:20], "kernels": kernels[:20], "runs": len(summaries)}
+
+
+def sweep_shard(shard: str, deadline: float) -> int:
+    from flashcheck.reports import memcheck_sweep
+    s, n = (int(v) for v in shard.split("/"))
+    total = len(memcheck_sweep.cases(big=True))
+    todo = [i for i in range(total) if i % n == s]
+    while todo and time.time() < deadline:
+        ids = ",".join(map(str, todo))
+        proc = subprocess.run(["compute-sanitizer", "--tool", "memcheck", "--print-limit", "10", sys.executable, "-m",
+                               "flashcheck.reports.memcheck_sweep", "--ids", ids], cwd=HOME, capture_output=True,
+                              text=True, timeout=max(10.0, deadline - time.time()))
+        sys.stdout.write(proc.stdout + proc.stderr)
+        sys.stdout.flush()
+        done = {int(i) for i in re.findall(r"^(?:OK|FAIL) (\d+)", proc.stdout, re.M)}
+        started = [int(i) for i in re.findall(r"^CASE (\d+)", proc.stdout, re.M)]
+        if started and started[-1] not in done:  # killed inside a case (sanitizer abort): skip it
+            print(f"FAIL {started[-1]} (the process ended inside this case)")
+            done.add(started[-1])
+        if not done:
+            break
+        todo = [i for i in todo if i not in done]
+    return 0
+
+
+# ---- the record ---------------------------------------------------------------------------------
+
+def write_record(out: Path, rec: dict) -> Path:
+    s, w = rec.get("suite"), rec.get("sweep")
+    lines = ["# GPU lane record", "",
+             f"- device: {rec['device']}",
+             f"- commit: {rec['commit']} (kernels/ digest `{rec['kernels']}`)",
+             f"- date: {rec['date']}",
+             f"- lane command: `{rec['lane_command']}`", ""]
+    if s:
+        lines += ["## Suite (gpu profile)", "",
+                  f"- command: `{s['command']}`" if "command" in s else f"- parts: {s.get('parts')}",
+                  f"- collected {s['collected']}: **{s['passed']} passed, {s['failed']} failed, {s['error']} errors, "
+                  f"{s['skipped']} skipped, {len(s['not_run'])} not run**",
+                  f"- wall time: {s['wall_s']} s (pytest exit: {s['rc']})", ""]
+        if s["failures"]:
+            lines += ["Failures:", ""] + [f"- `{n}`: {m}" for n, m in s["failures"][:60]] + [""]
+        if s["not_run"]:
+            lines += [f"Not run ({len(s['not_run'])}): " + ", ".join(f"`{n}`" for n in s["not_run"][:20]), ""]
+        lines += ["Slowest 20 tests:", "", "| s | test |", "|---|---|"]
+        lines += [f"| {d:.1f} | `{n}` |" for d, n in s["slowest"]] + [""]
+    if w:
+        clean = w["sanitizer_errors"] == 0 and not w["failed_cases"] and w["ok"] == w["cases"]
+        lines += ["## Memory-safety sweep (`compute-sanitizer --tool memcheck`)", "",
+                  f"- command: `python3 -m flashcheck.reports.gpu_lane --no-suite` (runs "
+                  f"`compute-sanitizer --tool memcheck python3 -m flashcheck.reports.memcheck_sweep`)",
+                  f"- {w['ok']} of {w['cases']} cases clean; sanitizer errors: {w['sanitizer_errors']} "
+                  f"in {w['runs']} sanitizer runs; wall {w['wall_s']} s",
+                  f"- result: **{'clean' if clean else 'NOT clean'}**", ""]
+        if w["failed_cases"]:
+            lines += ["Failed cases:", ""] + [f"- {c}" for c in w["failed_cases"][:40]] + [""]
+        if w["error_lines"]:
+            lines += ["Sanitizer reports:", ""] + [f"- `{e}`" for e in w["error_lines"]] + \
+                     [f"- kernel `{k}`" for k in w["kernels"]] + [""]
+    path = out / "gpu_run.md"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines))
+    os.replace(tmp, path)
+    (out / "gpu_run.json").write_text(json.dumps(rec, indent=1))
+    return path
+
+
+def merge(dirs: list[Path]) -> dict:
+    recs = [json.loads((d / "gpu_run.json").read_text()) for d in dirs]
+    base = dict(recs[-1])
+    suites = [r["suite"] for r in recs if r.get("suite")]
+    if suites:
+        s = {k: sum(x[k] for x in suites) for k in ("collected", "passed", "failed", "skipped", "error")}
+        s["not_run"] = sorted(n for x in suites for n in x["not_run"])
+        s["failures"] = sorted(f for x in suites for f in x["failures"])
+        s["slowest"] = sorted((tuple(t) for x in suites for t in x["slowest"]), reverse=True)[:20]
+        s["wall_s"] = round(sum(x["wall_s"] for x in suites), 1)
+        s["rc"] = ", ".join(str(x["rc"]) for x in suites)
+        s["parts"] = " + ".join(f"`{x['command']}` ({x['wall_s']} s)" for x in suites)
+        base["suite"] = s
+    sweeps = [r["sweep"] for r in recs if r.get("sweep")]
+    if sweeps:
+        base["sweep"] = sweeps[-1]
+    if len({r["kernels"] for r in recs}) != 1:
+        raise SystemExit("gpu_lane --merge: the parts were run at different kernels/ (digests differ)")
+    return base
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m flashcheck.reports.gpu_lane", description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, required=False)
+    ap.add_argument("--commit", default=os.environ.get("FLASHCHECK_COMMIT", "unknown"))
+    ap.add_argument("--part", default=None, help="K/N: run the K-th of N slices of the test files")
+    ap.add_argument("--suite-budget", type=float, default=540.0)
+    ap.add_argument("--sweep-budget", type=float, default=240.0)
+    ap.add_argument("--shards", type=int, default=4)
+    ap.add_argument("--workers", default="auto")
+    ap.add_argument("--no-suite", action="store_true")
+    ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--merge", type=Path, nargs="+")
+    ap.add_argument("--sweep-shard", help=argparse.SUPPRESS)
+    ap.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.sweep_shard:
+        return sweep_shard(a.sweep_shard, a.deadline)
+    if a.out is None:
+        ap.error("--out DIR is required")
+    a.out.mkdir(parents=True, exist_ok=True)
+    if a.merge:
+        rec = merge(a.merge)
+    else:
+        rec = {"device": device_line(), "commit": a.commit, "kernels": kernels_digest(),
+               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+               "lane_command": "python3 -m flashcheck.reports.gpu_lane " + " ".join(argv or sys.argv[1:])}
+        if not a.no_suite:
+            rec["suite"] = run_suite(a.out, suite_files(a.part), a.suite_budget, a.workers)
+            print(f"suite: {rec['suite']['passed']} passed, {rec['suite']['failed']} failed, "
+                  f"{rec['suite']['skipped']} skipped, {len(rec['suite']['not_run'])} not run, "
+                  f"{rec['suite']['wall_s']} s", flush=True)
+        if not a.no_sweep:
+            t0 = time.time()
+            rec["sweep"] = run_sweep(a.out, a.sweep_budget, a.shards)
+            rec["sweep"]["wall_s"] = round(time.time() - t0, 1)
+            print(f"sweep: {rec['sweep']['ok']}/{rec['sweep']['cases']} clean, "
+                  f"{rec['sweep']['sanitizer_errors']} sanitizer errors", flush=True)
+    path = write_record(a.out, rec)
+    print(path.read_text())
+    s, w = rec.get("suite"), rec.get("sweep")
+    bad = (s and (s["failed"] or s["error"] or s["not_run"])) or (w and (w["sanitizer_errors"] or w["failed_cases"]))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
