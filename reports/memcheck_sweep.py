@@ -39,6 +39,15 @@ def _rand(*shape: int, dtype: torch.dtype) -> torch.Tensor:
     return torch.randn(*shape, device=_dev()).to(dtype)
 
 
+def _sparse_view(shape, strides, dtype: torch.dtype) -> torch.Tensor:
+    """A view with huge strides into an uninitialised buffer; only its own elements are filled."""
+    extent = 1 + sum((n - 1) * st for n, st in zip(shape, strides))
+    view = torch.empty(extent, dtype=dtype, device=_dev()).as_strided(shape, strides)
+    src = torch.rand(shape, device=_dev())
+    view.copy_(src > 0.5 if dtype == torch.bool else src.to(dtype))
+    return view
+
+
 def _strided_rows(m: int, n: int, row_stride: int, dtype: torch.dtype) -> torch.Tensor:
     """(m, n) view whose rows are row_stride elements apart (storage only as long as needed)."""
     base = torch.randn((m - 1) * row_stride + n, device=_dev()).to(dtype)
@@ -54,25 +63,24 @@ def softmax_cases(big: bool) -> Iterator[Case]:
         t = str(dt).split(".")[-1]
         for n in lengths:
             for m in (1, 5):
-                x = _rand(m, n, dtype=dt)
+                x = lambda m=m, n=n, dt=dt: _rand(m, n, dtype=dt)  # noqa: E731
                 if n <= S.ROW_MAX_N:
-                    yield f"softmax_row {t} {m}x{n}", lambda x=x: S.softmax_row(x)
-                yield f"softmax_online {t} {m}x{n}", lambda x=x: S.softmax_online(x)
-                yield f"softmax_split {t} {m}x{n}", lambda x=x: S.softmax_split(x)
-                yield f"softmax {t} {m}x{n}", lambda x=x: S.softmax(x)
+                    yield f"softmax_row {t} {m}x{n}", lambda x=x: S.softmax_row(x())
+                yield f"softmax_online {t} {m}x{n}", lambda x=x: S.softmax_online(x())
+                yield f"softmax_split {t} {m}x{n}", lambda x=x: S.softmax_split(x())
+                yield f"softmax {t} {m}x{n}", lambda x=x: S.softmax(x())
         # transposed / column-strided input and a strided out= view
-        x = _rand(300, 7, dtype=dt).t()
-        yield f"softmax_row {t} transposed 7x300", lambda x=x: S.softmax_row(x)
-        yield f"softmax_online {t} transposed 7x300", lambda x=x: S.softmax_online(x)
-        yield f"softmax_split {t} transposed 7x300", lambda x=x: S.softmax_split(x)
-        o = torch.empty(7, 600, dtype=dt, device=_dev())[:, ::2]
-        yield f"softmax_online {t} strided out", lambda x=x, o=o: S.softmax_online(x, out=o)
+        xt = lambda dt=dt: _rand(300, 7, dtype=dt).t()  # noqa: E731
+        yield f"softmax_row {t} transposed 7x300", lambda x=xt: S.softmax_row(x())
+        yield f"softmax_online {t} transposed 7x300", lambda x=xt: S.softmax_online(x())
+        yield f"softmax_split {t} transposed 7x300", lambda x=xt: S.softmax_split(x())
+        yield f"softmax_online {t} strided out", lambda x=xt, dt=dt: S.softmax_online(
+            x(), out=torch.empty(7, 600, dtype=dt, device=_dev())[:, ::2])
         if big:
-            x = _strided_rows(3, 33, BIG_STRIDE, dt)
             for name, fn in (("row", S.softmax_row), ("online", S.softmax_online), ("split", S.softmax_split)):
-                yield f"softmax_{name} {t} row stride 2^31+64", lambda x=x, fn=fn: fn(x)
-    x = _rand(0, 5, dtype=torch.float16)
-    yield "softmax empty 0x5", lambda: S.softmax(x)
+                yield f"softmax_{name} {t} row stride 2^31+64", lambda fn=fn, dt=dt: fn(
+                    _strided_rows(3, 33, BIG_STRIDE, dt))
+    yield "softmax empty 0x5", lambda: S.softmax(_rand(0, 5, dtype=torch.float16))
 
 
 def _qkv(b, hq, hkv, m, n, d, dv, dt):
@@ -91,39 +99,38 @@ def attention_cases(big: bool) -> Iterator[Case]:
         if big:
             shapes += [(1, 8, 1, 1, 4099, 128, 128), (2, 4, 4, 257, 1031, 64, 64), (1, 2, 1, 1000, 1000, 256, 256)]
         for (b, hq, hkv, m, n, d, dv) in shapes:
-            q, k, v = _qkv(b, hq, hkv, m, n, d, dv, dt)
+            qkv = lambda s=(b, hq, hkv, m, n, d, dv, dt): _qkv(*s)  # noqa: E731
             tag = f"{t} B{b} Hq{hq} Hkv{hkv} M{m} N{n} D{d} Dv{dv}"
-            yield f"attention {tag}", lambda q=q, k=k, v=v: A.attention(q, k, v)
-            yield f"attention causal lse {tag}", lambda q=q, k=k, v=v: A.attention(q, k, v, causal=True, return_lse=True)
-            yield f"attention bottom_right causal {tag}", lambda q=q, k=k, v=v: A.attention(
-                q, k, v, causal=True, causal_align="bottom_right")
-            yield f"attention window softcap {tag}", lambda q=q, k=k, v=v: A.attention(
-                q, k, v, window=(5, 3), softcap=20.0, return_lse=True)
-            kvl = torch.tensor([(i * 7) % (n + 1) for i in range(b)], dtype=torch.int32, device=_dev())
-            yield f"attention kv_lens {tag}", lambda q=q, k=k, v=v, kvl=kvl: A.attention(q, k, v, kv_lens=kvl)
-            bmask = torch.rand(b, 1, m, n, device=_dev()) > 0.3
-            yield f"attention bool mask {tag}", lambda q=q, k=k, v=v, bm=bmask: A.attention(q, k, v, attn_mask=bm)
-            bias = _rand(1, hq, m, n, dtype=dt)
-            yield f"attention bias mask lse {tag}", lambda q=q, k=k, v=v, bi=bias: A.attention(
-                q, k, v, attn_mask=bi, return_lse=True)
+            yield f"attention {tag}", lambda qkv=qkv: A.attention(*qkv())
+            yield f"attention causal lse {tag}", lambda qkv=qkv: A.attention(*qkv(), causal=True, return_lse=True)
+            yield f"attention bottom_right causal {tag}", lambda qkv=qkv: A.attention(
+                *qkv(), causal=True, causal_align="bottom_right")
+            yield f"attention window softcap {tag}", lambda qkv=qkv: A.attention(
+                *qkv(), window=(5, 3), softcap=20.0, return_lse=True)
+            kvl = [(i * 7) % (n + 1) for i in range(b)]
+            yield f"attention kv_lens {tag}", lambda qkv=qkv, kvl=kvl: A.attention(
+                *qkv(), kv_lens=torch.tensor(kvl, dtype=torch.int32, device=_dev()))
+            yield f"attention bool mask {tag}", lambda qkv=qkv, s=(b, 1, m, n): A.attention(
+                *qkv(), attn_mask=torch.rand(*s, device=_dev()) > 0.3)
+            yield f"attention bias mask lse {tag}", lambda qkv=qkv, s=(1, hq, m, n), dt=dt: A.attention(
+                *qkv(), attn_mask=_rand(*s, dtype=dt), return_lse=True)
             for splits in (0, 3):
-                yield f"attention splits={splits} lse {tag}", lambda q=q, k=k, v=v, s=splits: A.attention(
-                    q, k, v, num_splits=s, return_lse=True)
+                yield f"attention splits={splits} lse {tag}", lambda qkv=qkv, s=splits: A.attention(
+                    *qkv(), num_splits=s, return_lse=True)
             if hq != hkv:
-                yield f"attention pack_gqa {tag}", lambda q=q, k=k, v=v: A.attention(q, k, v, pack_gqa=True,
+                yield f"attention pack_gqa {tag}", lambda qkv=qkv: A.attention(*qkv(), pack_gqa=True,
                                                                                       causal=True)
-                yield f"attention pack_gqa splits=4 lse {tag}", lambda q=q, k=k, v=v: A.attention(
-                    q, k, v, pack_gqa=True, num_splits=4, return_lse=True)
+                yield f"attention pack_gqa splits=4 lse {tag}", lambda qkv=qkv: A.attention(
+                    *qkv(), pack_gqa=True, num_splits=4, return_lse=True)
         # varlen: empty, single-token and odd sequences; GQA; every feature that varlen takes
         for seqs_q, seqs_k in (([0, 1, 5, 0, 17], [3, 1, 0, 9, 33]), ([1, 1, 1], [1, 64, 129]),
                                ([40, 3], [40, 200]), ([0], [0]), ([7], [0])):
             for hq, hkv in ((4, 4), (4, 1), (6, 2)):
                 d = 64
-                cq = torch.tensor([0] + list(_cumsum(seqs_q)), dtype=torch.int32, device=_dev())
-                ck = torch.tensor([0] + list(_cumsum(seqs_k)), dtype=torch.int32, device=_dev())
-                q = _rand(sum(seqs_q), hq, d, dtype=dt)
-                k = _rand(sum(seqs_k), hkv, d, dtype=dt)
-                v = _rand(sum(seqs_k), hkv, d, dtype=dt)
+                packed = lambda sq=seqs_q, sk=seqs_k, hq=hq, hkv=hkv, d=d, dt=dt: (  # noqa: E731
+                    _rand(sum(sq), hq, d, dtype=dt), _rand(sum(sk), hkv, d, dtype=dt), _rand(sum(sk), hkv, d, dtype=dt),
+                    torch.tensor([0, *_cumsum(sq)], dtype=torch.int32, device=_dev()),
+                    torch.tensor([0, *_cumsum(sk)], dtype=torch.int32, device=_dev()))
                 kw = dict(max_seqlen_q=max(seqs_q), max_seqlen_k=max(seqs_k))
                 tag = f"{t} q{seqs_q} k{seqs_k} Hq{hq} Hkv{hkv}"
                 for name, extra in (("", {}), ("causal lse", dict(causal=True, return_lse=True)),
@@ -133,19 +140,19 @@ def attention_cases(big: bool) -> Iterator[Case]:
                                     ("pack_gqa", dict(pack_gqa=True)),
                                     ("pack_gqa splits=0 lse", dict(pack_gqa=True, num_splits=0, return_lse=True))):
                     yield f"attention_varlen {name} {tag}", (
-                        lambda q=q, k=k, v=v, cq=cq, ck=ck, kw=kw, extra=extra:
-                        A.attention_varlen(q, k, v, cq, ck, **kw, **extra))
+                        lambda packed=packed, kw=kw, extra=extra: A.attention_varlen(*packed(), **kw, **extra))
         if big:
             # K and a mask with huge strides: in-tile offsets (BLOCK - 1) * stride pass 2^31
-            kb = torch.randn(64 * 2**21 + 64, device=_dev()).to(dt)
-            kk = kb.as_strided((1, 1, 64, 64), (0, 0, 2**21, 1))
-            q = _rand(1, 1, 16, 64, dtype=dt)
-            yield f"attention {t} K row stride 2^21 (wide)", lambda q=q, kk=kk: A.attention(q, kk, kk)
-            mb = torch.rand(48 * 2**26 // 8 + 8, device=_dev()) > 0.5
-            mask = mb.as_strided((1, 1, 16, 48), (0, 0, 1, 2**26 // 8))
-            k2, v2 = _rand(1, 1, 48, 64, dtype=dt), _rand(1, 1, 48, 64, dtype=dt)
-            yield f"attention {t} bool mask key stride 2^23 (wide)", lambda q=q, k=k2, v=v2, mk=mask: A.attention(
-                q, k, v, attn_mask=mk)
+            def wide_k(dt=dt):
+                kk = _sparse_view((1, 1, 64, 64), (0, 0, 2**25, 1), dt)
+                return A.attention(_rand(1, 1, 16, 64, dtype=dt), kk, kk)
+
+            def wide_mask(dt=dt):
+                mask = _sparse_view((1, 1, 16, 48), (0, 0, 1, 2**25), torch.bool)
+                return A.attention(_rand(1, 1, 16, 64, dtype=dt), _rand(1, 1, 48, 64, dtype=dt),
+                                   _rand(1, 1, 48, 64, dtype=dt), attn_mask=mask)
+            yield f"attention {t} K row stride 2^25 (wide)", wide_k
+            yield f"attention {t} bool mask key stride 2^25 (wide)", wide_mask
 
 
 def _cumsum(xs):
@@ -180,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         if i < a.start or a.only not in name or (ids is not None and i not in ids):
             continue
         print(f"CASE {i} {name}", flush=True)
+        torch.manual_seed(i)
         try:
             fn()
             if torch.cuda.is_available():
