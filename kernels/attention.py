@@ -65,6 +65,7 @@ from ._common import (
     DEVICE, INTERPRET, LOG2E, bf16_as_bits, check_device, check_float, kernel_view, load_f32_zero, store_f32, tl,
     triton,
 )
+from triton.runtime.errors import OutOfResources  # noqa: E402  (after _runtime: it sets TRITON_INTERPRET)
 
 MAX_HEAD_DIM = 256
 
@@ -435,8 +436,11 @@ def attn_config(d: int, dtype: torch.dtype, *, dv: int | None = None, n: int = 0
                 num_stages: int | None = None) -> AttnConfig:
     """Block sizes for head dims d (q, k) and dv (v, default d), key length n and dtype; keyword
     overrides win (powers of two >= 16)."""
-    bd = max(16, triton.next_power_of_2(d))
-    bdv = max(16, triton.next_power_of_2(dv if dv is not None else d))
+    # One width for the Q/K and the V tiles (the wider of the two, the narrower head masked): on
+    # Hopper, Triton 3.6 miscompiles the P @ V dot of a bf16 (64, 64) tile with a V tile narrower
+    # than K's (D 40 -> 64, Dv 24 -> 32): compute-sanitizer reports an out-of-bounds shared-memory
+    # read in the wgmma and the launch faults (illegal memory access; reports/memcheck_sweep.py).
+    bd = bdv = max(16, triton.next_power_of_2(max(d, dv if dv is not None else d)))
     if INTERPRET:
         bn = _INTERPRET_LONG[1] if n >= _INTERPRET_LONG[0] else _INTERPRET_BLOCK
         bm, w, st = _INTERPRET_BLOCK, 4, 1
@@ -633,6 +637,27 @@ def _check_cu(name: str, cu, batch: int | None, total: int, max_seqlen, max_name
     return vals
 
 
+_GRID_YZ_MAX = 65535
+# Pipelining depth that compiled within shared memory, per kernel variant: a mask tile adds a
+# buffer per stage, so the table's depth can pass the 227 KB of an H100/H200 (D 128 with a mask:
+# 256 KB at 3 stages). Fewer stages change no arithmetic.
+_STAGES_THAT_FIT: dict[tuple, int] = {}
+
+
+def _with_stages_that_fit(run, key: tuple, stages: int, *, fixed: bool) -> None:
+    stages = _STAGES_THAT_FIT.get(key, stages)
+    while True:
+        try:
+            run(stages)
+        except OutOfResources:
+            if fixed or stages <= 1:  # the caller asked for this depth, or nothing smaller exists
+                raise
+            stages -= 1
+            continue
+        _STAGES_THAT_FIT[key] = stages
+        return
+
+
 def _wide(cfg: AttnConfig, *ts: torch.Tensor) -> bool:
     """Whether in-tile offsets ((BLOCK - 1) * |stride| summed over the tile's two dims) could
     exceed int32; then the kernel computes them in int64."""
@@ -698,11 +723,10 @@ def _launch(q4, k4, v4, o4, lse3, *, batch: int, m_max: int, n_max: int, cu_q, c
         ps, part_o, part_l = (0, 0, 0), 0, 0
         m_p = l_p = l32_p = dummy
     grid = (m_tiles, batch * heads, splits)
-    _attn_fwd_kernel[grid](
-        kernel_view(q4), kernel_view(k4), kernel_view(v4), out_t, lse_t, kvl, cq, ck, mk, m_p, l_p, l32_p,
-        *q4.stride(), *k4.stride(), *v4.stride(), *os_, *ms, *ls, *ps,
-        Hq, Hkv, group, m_max, n_max, D, Dv, qk_scale, cap_in, cap_out, left, right, keys_per_split,
-        part_o, part_l,
+    if batch * heads > _GRID_YZ_MAX or splits > _GRID_YZ_MAX:
+        raise ValueError(f"batch * heads = {batch * heads} and num_splits = {splits} must be at most "
+                         f"{_GRID_YZ_MAX} (the GPU's grid limit on its second and third axes)")
+    meta = dict(
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=cfg.block_d, BLOCK_DV=cfg.block_dv,
         HAS_LEFT=left >= 0, HAS_RIGHT=right >= 0, BOTTOM_RIGHT=causal_align == "bottom_right",
         HAS_KVLEN=kv_lens is not None, VARLEN=cu_q is not None, SOFTCAP=cap > 0, MASK_KIND=mask_kind,
@@ -711,8 +735,18 @@ def _launch(q4, k4, v4, o4, lse3, *, batch: int, m_max: int, n_max: int, cu_q, c
         EVEN_D=cfg.block_d == D, EVEN_DV=cfg.block_dv == Dv,
         REVERSE_M=right >= 0 and not pack and splits == 1,
         WIDE=_wide(cfg, q4, k4, v4, o4, *((mask4,) if mask4 is not None else ())),
-        ROWSUM_P32=bool(rowsum_fp32), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        ROWSUM_P32=bool(rowsum_fp32), num_warps=cfg.num_warps,
     )
+
+    def run(stages: int) -> None:
+        _attn_fwd_kernel[grid](
+            kernel_view(q4), kernel_view(k4), kernel_view(v4), out_t, lse_t, kvl, cq, ck, mk, m_p, l_p, l32_p,
+            *q4.stride(), *k4.stride(), *v4.stride(), *os_, *ms, *ls, *ps,
+            Hq, Hkv, group, m_max, n_max, D, Dv, qk_scale, cap_in, cap_out, left, right, keys_per_split,
+            part_o, part_l, num_stages=stages, **meta)
+
+    _with_stages_that_fit(run, (dtype, cfg, mk.dtype, tuple(sorted(meta.items()))), cfg.num_stages,
+                          fixed=num_stages is not None)
     if splits > 1:
         rows_o = o4.numel() // Dv
         block_r = 16

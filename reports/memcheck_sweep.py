@@ -49,9 +49,8 @@ def _sparse_view(shape, strides, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _strided_rows(m: int, n: int, row_stride: int, dtype: torch.dtype) -> torch.Tensor:
-    """(m, n) view whose rows are row_stride elements apart (storage only as long as needed)."""
-    base = torch.randn((m - 1) * row_stride + n, device=_dev()).to(dtype)
-    return base.as_strided((m, n), (row_stride, 1))
+    """(m, n) view whose rows are row_stride elements apart."""
+    return _sparse_view((m, n), (row_stride, 1), dtype)
 
 
 Case = tuple[str, Callable[[], object]]
@@ -94,7 +93,8 @@ def attention_cases(big: bool) -> Iterator[Case]:
         shapes = [  # (B, Hq, Hkv, M, N, D, Dv)
             (1, 1, 1, 1, 1, 16, 16), (2, 2, 2, 7, 13, 16, 16), (1, 4, 1, 3, 70, 32, 32),
             (2, 8, 2, 1, 300, 64, 64), (1, 6, 3, 65, 129, 40, 24), (1, 2, 2, 130, 5, 128, 64),
-            (1, 4, 2, 33, 33, 96, 96),
+            (1, 4, 2, 33, 33, 96, 96), (1, 4, 2, 70, 90, 64, 32), (1, 4, 4, 70, 90, 32, 64),
+            (1, 2, 1, 17, 300, 128, 64), (1, 3, 3, 5, 200, 80, 48), (1, 2, 2, 40, 40, 256, 128),
         ]
         if big:
             shapes += [(1, 8, 1, 1, 4099, 128, 128), (2, 4, 4, 257, 1031, 64, 64), (1, 2, 1, 1000, 1000, 256, 256)]
@@ -125,14 +125,13 @@ def attention_cases(big: bool) -> Iterator[Case]:
         # varlen: empty, single-token and odd sequences; GQA; every feature that varlen takes
         for seqs_q, seqs_k in (([0, 1, 5, 0, 17], [3, 1, 0, 9, 33]), ([1, 1, 1], [1, 64, 129]),
                                ([40, 3], [40, 200]), ([0], [0]), ([7], [0])):
-            for hq, hkv in ((4, 4), (4, 1), (6, 2)):
-                d = 64
-                packed = lambda sq=seqs_q, sk=seqs_k, hq=hq, hkv=hkv, d=d, dt=dt: (  # noqa: E731
-                    _rand(sum(sq), hq, d, dtype=dt), _rand(sum(sk), hkv, d, dtype=dt), _rand(sum(sk), hkv, d, dtype=dt),
+            for hq, hkv, d, dv in ((4, 4, 64, 64), (4, 1, 64, 64), (6, 2, 40, 24), (4, 2, 128, 64)):
+                packed = lambda sq=seqs_q, sk=seqs_k, hq=hq, hkv=hkv, d=d, dv=dv, dt=dt: (  # noqa: E731
+                    _rand(sum(sq), hq, d, dtype=dt), _rand(sum(sk), hkv, d, dtype=dt), _rand(sum(sk), hkv, dv, dtype=dt),
                     torch.tensor([0, *_cumsum(sq)], dtype=torch.int32, device=_dev()),
                     torch.tensor([0, *_cumsum(sk)], dtype=torch.int32, device=_dev()))
                 kw = dict(max_seqlen_q=max(seqs_q), max_seqlen_k=max(seqs_k))
-                tag = f"{t} q{seqs_q} k{seqs_k} Hq{hq} Hkv{hkv}"
+                tag = f"{t} q{seqs_q} k{seqs_k} Hq{hq} Hkv{hkv} D{d} Dv{dv}"
                 for name, extra in (("", {}), ("causal lse", dict(causal=True, return_lse=True)),
                                     ("bottom_right window", dict(causal=True, causal_align="bottom_right",
                                                                  window=(4, 0))),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -81,11 +83,13 @@ def test_no_gpu_leaves_the_environment_alone(env_visible: str | None, count: int
 
 
 def test_gpu_count_does_not_start_cuda() -> None:
-    # Counting must not initialise CUDA, or the variable set afterwards would be ignored.
-    import torch
-
-    devices.gpu_count()
-    assert not torch.cuda.is_initialized()
+    # Counting must not initialise CUDA, or the variable set afterwards would be ignored. In a
+    # fresh process: this one may have started CUDA already (any earlier GPU test in the worker).
+    code = ("import torch; from flashcheck import devices; n = devices.gpu_count(); "
+            "print('count', n, 'initialized', torch.cuda.is_initialized())")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "initialized False" in run.stdout, run.stdout
 
 
 # ---- markers -------------------------------------------------------------------------------------

@@ -1,0 +1,52 @@
+"""Launch-level facts of the production attention kernel that the GPU taught us (found by
+`reports/memcheck_sweep.py` under compute-sanitizer on an H100): they hold on any machine."""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+from triton.runtime.errors import OutOfResources
+
+A = importlib.import_module("flashcheck.kernels.attention")
+
+
+@pytest.mark.parametrize("d, dv", [(40, 24), (64, 32), (32, 64), (128, 64), (80, 48), (64, 64)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_q_k_and_v_tiles_share_one_width(d: int, dv: int, dtype: torch.dtype) -> None:
+    # A V tile narrower than K's made Triton 3.6 emit an out-of-bounds shared-memory read in the
+    # bf16 P @ V wgmma (illegal memory access in varlen and GQA cases with Dv != D).
+    cfg = A.attn_config(d, dtype, dv=dv)
+    assert cfg.block_d == cfg.block_dv >= max(d, dv)
+
+
+def test_wide_offsets_follow_the_mask_strides() -> None:
+    # A mask view whose key stride makes (BLOCK_N - 1) * stride pass 2^31 needs 64-bit offsets
+    # even when q, k, v and o are small (the interpreter segfaulted, the GPU would wrap).
+    cfg = A.attn_config(64, torch.float16, n=48)
+    q = torch.zeros(1, 1, 16, 64, dtype=torch.float16)
+    mask = torch.empty_strided((1, 1, 16, 48), (0, 0, 1, 2**25), dtype=torch.bool, device="meta")
+    assert not A._wide(cfg, q, q, q, q)
+    assert A._wide(cfg, q, q, q, q, mask)
+
+
+def test_fewer_stages_when_shared_memory_runs_out() -> None:
+    tried = []
+
+    def run(stages: int) -> None:
+        tried.append(stages)
+        if stages > 2:
+            raise OutOfResources(262144, 232448, "shared memory")
+
+    key = ("test", object())
+    A._with_stages_that_fit(run, key, 3, fixed=False)
+    A._with_stages_that_fit(run, key, 3, fixed=False)  # remembered: no second failed compile
+    assert tried == [3, 2, 2]
+    with pytest.raises(OutOfResources):  # a depth the caller asked for is never changed
+        A._with_stages_that_fit(run, ("other",), 3, fixed=True)
+
+
+def test_grid_limit_is_a_clear_error() -> None:
+    q = torch.zeros(65536, 1, 1, 16)
+    with pytest.raises(ValueError, match="grid limit"):
+        A.attention(q, q, q)
