@@ -9,6 +9,8 @@ TARGET is `path/to/file.py:function`, `package.module:function` or a registered 
 `check` runs the family's suite on the kernel through pytest (every option it does not know is
 passed on: `-n auto`, `-k`, `-x`, `--hypothesis-profile`), writes fixtures of shrunk failures to
 ./flashcheck-regressions/ (`--fixture-dir` to change it) and replays the ones already there.
+`check`, `replay` and `report` run kernels in a supervised child (`flashcheck.isolation`): a kernel
+that exits, crashes, hangs or kills the CUDA context is one named failure, and the run goes on.
 """
 from __future__ import annotations
 

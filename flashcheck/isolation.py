@@ -342,7 +342,10 @@ class Supervisor:
         return self.summary(rcs)
 
     def summary(self, rcs: list[int]) -> int:
+        import shutil
+
         s = tally(self.dir)
+        shutil.rmtree(self.dir, ignore_errors=True)
         if s["crashed"] or s["not_run"] or len(rcs) > 1:
             print(format_tally(s, self.unit, self.words), file=sys.stderr, flush=True)
         rc = max(rcs) if rcs else 3

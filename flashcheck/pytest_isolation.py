@@ -35,8 +35,17 @@ class PytestJournal:
         self.planned: list[str] = []
         self.reported: set[str] = set()
         self.missing: list[str] = []
+        self.own_dir: Path | None = None  # a journal this controller made (no supervisor): removed after
         if self.controller:
-            isolation.hand_down(None if isolation.enabled() else Path(tempfile.mkdtemp(prefix="flashcheck-journal-")))
+            if not isolation.enabled():
+                self.own_dir = Path(tempfile.mkdtemp(prefix="flashcheck-journal-"))
+            isolation.hand_down(self.own_dir)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.own_dir is not None:
+            import shutil
+
+            shutil.rmtree(self.own_dir, ignore_errors=True)
 
     # ---- processes that run tests ----------------------------------------------------------------
 
