@@ -9,6 +9,8 @@ TARGET is `path/to/file.py:function`, `package.module:function` or a registered 
 `check` runs the family's suite on the kernel through pytest (every option it does not know is
 passed on: `-n auto`, `-k`, `-x`, `--hypothesis-profile`), writes fixtures of shrunk failures to
 ./flashcheck-regressions/ (`--fixture-dir` to change it) and replays the ones already there.
+`check`, `replay` and `report` run kernels in a supervised child (`flashcheck.isolation`): a kernel
+that exits, crashes, hangs or kills the CUDA context is one named failure, and the run goes on.
 """
 from __future__ import annotations
 
@@ -57,15 +59,64 @@ def _check(argv: Sequence[str]) -> int:
 
     args = [*suite_paths(family), "-p", "flashcheck.plugin", "-p", "no:cacheprovider",
             f"--kernel={ns.target}", f"--family={family}", *rest]
-    return int(pytest.main(args))
+    if any(a in ("--pdb", "--trace") for a in rest):  # a debugger needs the tests in this process
+        return int(pytest.main(args))
+    from flashcheck import isolation
+
+    return isolation.supervise(_python("-m", "pytest", *args), unit="tests")
+
+
+def _python(*args: str) -> list[str]:
+    """A child running this same flashcheck (a checkout first on its path, as here)."""
+    from flashcheck import IMPORT_ROOT
+
+    path = os.environ.get("PYTHONPATH", "")
+    if str(IMPORT_ROOT) not in path.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(IMPORT_ROOT), path) if p)
+    return [sys.executable, *args]
+
+
+#: Per fixture (replay) or per kernel call (report): past it, the child is killed and the task named.
+DEFAULT_TASK_TIMEOUT = 300.0
+TIMEOUT_ENV = "FLASHCHECK_TASK_TIMEOUT"
+
+
+def _supervised(command: str, argv: Sequence[str], unit: str, **kw) -> int | None:
+    """Run `flashcheck COMMAND ARGV` as a supervised child (None: this is that child, go on)."""
+    from flashcheck import isolation
+
+    if isolation.enabled():
+        return None
+    return isolation.supervise(_python("-m", "flashcheck.cli", command, *argv), unit=unit, grace=0.0, **kw)
+
+
+def _pop_timeout(argv: list[str]) -> float:
+    """`--timeout S` (seconds per task, for the supervisor's watchdog), removed from argv."""
+    for i, a in enumerate(argv):
+        if a == "--timeout" and i + 1 < len(argv) or a.startswith("--timeout="):
+            value = a.partition("=")[2] or argv[i + 1]
+            del argv[i:i + (1 if "=" in a else 2)]
+            try:
+                t = float(value)
+            except ValueError:
+                raise SystemExit(f"flashcheck: --timeout {value!r}: expected seconds") from None
+            os.environ[TIMEOUT_ENV] = str(t)
+            return t
+    return float(os.environ.get(TIMEOUT_ENV) or DEFAULT_TASK_TIMEOUT)
 
 
 def _replay(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog="flashcheck replay", description="Re-check saved fixtures, bit for bit.")
     p.add_argument("fixtures", nargs="+", type=Path, help="fixture files (or folders of them)")
     p.add_argument("--kernel", help="check this kernel instead of the one the fixture names")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TASK_TIMEOUT, metavar="S",
+                   help=f"seconds per fixture before its kernel counts as hung (default {DEFAULT_TASK_TIMEOUT:g})")
     ns = p.parse_args(argv)
-    from flashcheck import harness
+    supervised = _supervised("replay", argv, "fixtures")
+    if supervised is not None:
+        return supervised
+    from flashcheck import harness, isolation
+    from flashcheck.faults import GpuFault
     from flashcheck.external import KernelLoadError, load_kernel
     from flashcheck.kernels import DEVICE
 
@@ -80,25 +131,39 @@ def _replay(argv: Sequence[str]) -> int:
         else:
             print(f"flashcheck replay: {f}: no such file or folder", file=sys.stderr)
             return 2
+    isolation.record("plan", tasks=[str(p) for p in paths])
+    done = isolation.excluded()  # replayed (or crashed) in an earlier child of this run
+    paths = [p for p in paths if str(p) not in done]
     failed = 0
     for path in paths:
-        try:
-            payload, case = harness.load_fixture(path, DEVICE)
-            spec = (load_kernel(ns.kernel, payload["family"]) if ns.kernel
-                    else harness.resolve_fixture_kernel(payload, path))
-        except (harness.FixtureError, KernelLoadError) as e:
-            print(f"ERROR {e}")
-            failed += 1
-            continue
-        try:
-            harness.check(spec, payload["property"], case)
-        except Exception as e:  # the property's verdict, whatever the kernel raised
-            failed += 1
-            print(f"FAIL {path} ({spec.name}, {payload['property']})\n{type(e).__name__}: {e}\n")
-        else:
-            print(f"pass {path} ({spec.name}, {payload['property']})")
-    print(f"{len(paths) - failed} passed, {failed} failed")
+        with isolation.task(str(path), ns.timeout):
+            failed += not _replay_one(path, ns.kernel, harness, load_kernel, KernelLoadError, DEVICE, GpuFault)
+    if paths or not done:  # (a child left nothing to replay: the parent's summary says it all)
+        print(f"{len(paths) - failed} passed, {failed} failed")
     return 1 if failed else 0
+
+
+def _replay_one(path, kernel, harness, load_kernel, KernelLoadError, DEVICE, GpuFault) -> bool:  # noqa: N803
+    try:
+        payload, case = harness.load_fixture(path, DEVICE)
+        spec = (load_kernel(kernel, payload["family"]) if kernel
+                else harness.resolve_fixture_kernel(payload, path))
+    except (harness.FixtureError, KernelLoadError) as e:
+        print(f"ERROR {e}")
+        return False
+    try:
+        harness.check(spec, payload["property"], case)
+    except GpuFault as e:  # the context is dead: with a parent, a fresh child replays the rest
+        from flashcheck import isolation
+
+        isolation.fault_exit(f"{path}: {e}")
+        print(f"FAIL {path} ({spec.name}, {payload['property']})\nGpuFault: {e}\n")
+        return False
+    except Exception as e:  # the property's verdict, whatever the kernel raised
+        print(f"FAIL {path} ({spec.name}, {payload['property']})\n{type(e).__name__}: {e}\n")
+        return False
+    print(f"pass {path} ({spec.name}, {payload['property']})")
+    return True
 
 
 def _kernels(argv: Sequence[str]) -> int:
@@ -119,11 +184,25 @@ def _delegate(module: str, prog: str) -> "callable":
     return run
 
 
+def _report(argv: Sequence[str]) -> int:
+    """The stability report, supervised: a kernel call that crashes or hangs (`--timeout S` per
+    call) is counted as that kernel's error on that input, and the report is made again without it."""
+    argv = list(argv)
+    if any(a in ("-h", "--help", "--kill-matrix") for a in argv):
+        return _delegate("flashcheck.reports.__main__", "flashcheck report")(argv)
+    timeout = _pop_timeout(argv)
+    supervised = _supervised("report", argv, "kernel calls", rerun_all=True, words=("returned", "raised"))
+    if supervised is not None:
+        return supervised
+    os.environ[TIMEOUT_ENV] = str(timeout)
+    return _delegate("flashcheck.reports.__main__", "flashcheck report")(argv)
+
+
 COMMANDS = {
     "check": _check,
     "replay": _replay,
     "kernels": _kernels,
-    "report": _delegate("flashcheck.reports.__main__", "flashcheck report"),
+    "report": _report,
 }
 
 

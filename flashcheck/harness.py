@@ -77,14 +77,40 @@ def check(spec: KernelSpec, name: str, case: Case, *, save: bool = True) -> None
     except KeyError:
         raise KeyError(f"no {spec.family} property named {name!r}; known: "
                        f"{sorted(n for f, n in PROPERTIES if f == spec.family)}") from None
+    from flashcheck import isolation
+    from flashcheck.faults import GpuFault
+
+    host = _host_case(case)  # after a GPU fault the device copy cannot be read back
+    isolation.note_input(spec, name, host)
     try:
         prop_fn(spec, case)
+    except GpuFault as exc:
+        raise _fault(spec, name, host, exc) from exc
     except Exception as exc:
         if save:
             _save_if_final(spec, name, case, exc)
         raise
     if in_test and (spec.family, name) in MARGINS:
         _target_max(float(MARGINS[(spec.family, name)](spec, case)), f"{name}: worst err/bound")
+
+
+def _host_case(case: Case) -> Case:
+    """The case itself on the CPU; on a GPU, a host copy of every storage (padding included)."""
+    if not any(t.is_cuda for t in case.tensors.values()):
+        return case
+    return Case(tensors={k: storage_of(t).cpu().as_strided(t.shape, t.stride(), t.storage_offset())
+                         for k, t in case.tensors.items()}, kwargs=case.kwargs, label=case.label)
+
+
+def _fault(spec: KernelSpec, name: str, case: Case, exc: BaseException) -> BaseException:
+    """The GpuFault with its property and case named, saved as a fixture at once: Hypothesis does
+    not shrink it (nothing in a dead context means anything), so this example is the one."""
+    from flashcheck.faults import GpuFault
+
+    err = GpuFault(f"{exc}\n  property {name} on {case!r}", getattr(exc, "kind", "GPU fault"))
+    if saving_enabled() and getattr(exc, "kind", "") != "context lost":
+        err.add_note(replay_note(save_fixture(spec, name, case, exc), spec))
+    return err
 
 
 def _in_hypothesis_test() -> bool:

@@ -91,6 +91,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "attention: a test of the attention family's suite")
     target, family = config.getoption("flashcheck_kernel"), config.getoption("flashcheck_family")
     config.stash[_ACTIVE_KEY] = bool(target or family)
+    from flashcheck import isolation
+
+    if config.stash[_ACTIVE_KEY] or isolation.enabled() or config.pluginmanager.hasplugin("flashcheck.tiers"):
+        from flashcheck import pytest_isolation  # crashes, hangs and GPU faults: one named failure each
+
+        pytest_isolation.register(config)
     if not target:
         if _overrides(config):
             raise pytest.UsageError("--kernel-dtypes/--kernel-max-n/--kernel-cap declare a kernel's "

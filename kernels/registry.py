@@ -72,6 +72,11 @@ class KernelSpec:
     varlen_fn: Callable[..., Any] | None = None  # fn(q, k, v, cu_q, cu_k, *, max_seqlen_q, max_seqlen_k, ...)
 
     def __post_init__(self) -> None:
+        # Every call of the kernel, whoever makes it, syncs on CUDA and names a GPU fault.
+        from flashcheck.faults import guarded
+
+        object.__setattr__(self, "fn", guarded(self.fn, self.name))
+        object.__setattr__(self, "varlen_fn", guarded(self.varlen_fn, f"{self.name} (varlen)"))
         if self.family not in FAMILIES:
             raise ValueError(f"family must be one of {FAMILIES}, not {self.family!r}")
         aligns = (self.causal_align,) if isinstance(self.causal_align, str) else tuple(self.causal_align)

@@ -136,7 +136,7 @@ def collect(specs: list[KernelSpec], *, examples: int, baselines: bool = True, b
             prepared = mod.prepare(cases[r], fmt)
             oracle_s += time.perf_counter() - t1
             for cell in mine:
-                run_one(mod, cell, prepared)
+                run_one(mod, cell, prepared, key=f"{cell.spec.name} {fmt.name} {cls} #{r}")
             done += 1
             cost[i] = time.perf_counter() - t1
             if bar:
@@ -154,23 +154,40 @@ def collect(specs: list[KernelSpec], *, examples: int, baselines: bool = True, b
     return RunResult([c.row() for c in cells], done, total, time.perf_counter() - t0, hit, oracle_s)
 
 
-def run_one(mod, cell: Cell, prepared) -> None:
+def run_one(mod, cell: Cell, prepared, key: str = "") -> None:
     """One kernel on one prepared input, folded into its cell: a kernel that raises on an input it
-    declares it takes fails; a baseline backend that refuses the input is counted as refused."""
+    declares it takes fails; a baseline backend that refuses the input is counted as refused.
+    `key` names the call for `flashcheck.isolation` (a crash or hang in it is that kernel's error)."""
     t0 = time.perf_counter()
     try:
-        _run_one(mod, cell, prepared)
+        _run_one(mod, cell, prepared, key)
     finally:
         cell.seconds += time.perf_counter() - t0
 
 
-def _run_one(mod, cell: Cell, prepared) -> None:
+def _run_one(mod, cell: Cell, prepared, key: str = "") -> None:
+    import os
+    from contextlib import nullcontext
+
+    from flashcheck import isolation
+    from flashcheck.faults import GpuFault
+
     spec = cell.spec
     if not mod.supports(spec, prepared):
         cell.skipped += 1
         return
+    crashed = isolation.excluded().get(key) if key else None
+    if crashed:  # it crashed or hung on this input in an earlier run of this report
+        cell.acc.add_error(isolation.KernelCrashed(crashed.removeprefix(key + ": ")))
+        return
+    timeout = float(os.environ.get("FLASHCHECK_TASK_TIMEOUT") or 0) or None
     try:
-        out = mod.call(spec, prepared)
+        with isolation.task(key, timeout) if key else nullcontext():
+            out = mod.call(spec, prepared)
+    except GpuFault as e:  # the context is dead: with a parent, a fresh child makes the report
+        isolation.fault_exit(f"{key}: {e}")
+        cell.acc.add_error(e)
+        return
     except Exception as e:  # the kernel's failure, whatever it raised
         if spec.extra.get("baseline"):
             cell.refused += 1

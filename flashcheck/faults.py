@@ -1,0 +1,127 @@
+"""GPU faults: a kernel call that kills the CUDA context is named once, on the call that caused it.
+
+CUDA errors are asynchronous: an illegal memory access in one launch surfaces at whatever CUDA
+call comes next (often an unrelated `tensor.to(device)` in a strategy), and from then on every
+CUDA call in the process fails the same way. So every kernel call goes through `guarded` (applied
+to `KernelSpec.fn` and `varlen_fn`, the one choke point every property, test and report uses):
+
+- after the call, when an input is on CUDA, `torch.cuda.synchronize(device)`: a fault surfaces at
+  the launch that caused it;
+- an exception whose text is one of CUDA's context-killing errors becomes `GpuFault`, naming the
+  kernel and its inputs; the process remembers it, and every later guarded call raises at once
+  (nothing run in a dead context means anything).
+
+`GpuFault` is a BaseException, not an Exception: nothing that catches a kernel's ordinary errors
+(a bad-input test expecting a raise, a report counting a kernel's errors) swallows it, and
+Hypothesis does not shrink it (it re-runs only failures it catches; shrinking in a dead context
+would blame every later example). `flashcheck.harness.check` saves the case as a fixture at once,
+and the pytest plugin ends the poisoned process (`flashcheck.isolation`).
+"""
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any, Callable
+
+import torch
+
+#: Error texts after which the CUDA context is unusable (cudaError 700 illegal address, 716
+#: misaligned address, 715 illegal instruction, 719 launch failure, 710 device-side assert, plus
+#: the driver's names for them as Triton and torch print them).
+CONTEXT_KILLERS = {
+    "illegal memory access": "illegal memory access",
+    "illegal address": "illegal memory access",
+    "misaligned address": "misaligned address",
+    "illegal instruction": "illegal instruction",
+    "unspecified launch failure": "unspecified launch failure",
+    "device-side assert": "device-side assert",
+    "hardware stack error": "hardware stack error",
+    "uncorrectable ecc error": "uncorrectable ECC error",
+}
+_CODES = {700: "illegal memory access", 716: "misaligned address", 715: "illegal instruction",
+          719: "unspecified launch failure", 710: "device-side assert", 714: "hardware stack error",
+          214: "uncorrectable ECC error"}
+_CODE_RE = re.compile(r"(?:CUDA error|cudaError\w*|error code|CUresult)\D{0,12}(\d{3})\b", re.I)
+
+
+class GpuFault(BaseException):
+    """A kernel call killed the CUDA context (the message names the kernel and its input)."""
+
+    def __init__(self, message: str, kind: str = "GPU fault") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+_LOST: list[str] = []  # the first fault's message: this process's CUDA context is dead
+
+
+def context_lost() -> str | None:
+    """The message of the fault that killed this process's CUDA context, if one did."""
+    return _LOST[0] if _LOST else None
+
+
+def fault_kind(exc: BaseException) -> str | None:
+    """The context-killing error `exc` reports (its chain included), or None for any other error."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, GpuFault):
+            return e.kind
+        text = str(e).lower()
+        for needle, kind in CONTEXT_KILLERS.items():
+            if needle in text:
+                return kind
+        m = _CODE_RE.search(str(e))
+        if m and int(m.group(1)) in _CODES:
+            return _CODES[int(m.group(1))]
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def describe_args(args: tuple, kwargs: dict) -> str:
+    """Shapes, dtypes, strides and devices of a call's tensors, and its other keyword arguments."""
+    def one(v: Any) -> str:
+        if isinstance(v, torch.Tensor):
+            return (f"{tuple(v.shape)} {str(v.dtype).removeprefix('torch.')} stride={tuple(v.stride())}"
+                    f"{f' offset={v.storage_offset()}' if v.storage_offset() else ''} on {v.device}")
+        return repr(v) if not isinstance(v, (list, tuple)) or len(v) < 8 else f"{type(v).__name__} of {len(v)}"
+    parts = [one(a) for a in args] + [f"{k}={one(v)}" for k, v in kwargs.items()]
+    return ", ".join(parts)
+
+
+def _cuda_devices(args: tuple, kwargs: dict) -> list[torch.device]:
+    devs = {a.device for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.is_cuda}
+    return sorted(devs, key=str)
+
+
+def guarded(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """`fn` with a device synchronisation after each CUDA call and context-killing errors raised as
+    GpuFault (idempotent: a guarded function is returned unchanged)."""
+    if fn is None or getattr(fn, "_flashcheck_guarded", False):
+        return fn
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if _LOST:
+            raise GpuFault(f"not run: the CUDA context was lost earlier in this process ({_LOST[0]})",
+                           "context lost")
+        from flashcheck import isolation
+
+        isolation.note_call(name, args, kwargs)
+        try:
+            out = fn(*args, **kwargs)
+            for dev in _cuda_devices(args, kwargs):
+                torch.cuda.synchronize(dev)
+        except BaseException as e:
+            kind = fault_kind(e)
+            if kind is None or isinstance(e, GpuFault):
+                raise
+            msg = f"{kind} in {name} on ({describe_args(args, kwargs)}): {type(e).__name__}: {str(e).strip()}"
+            _LOST.append(msg)
+            raise GpuFault(msg, kind) from e
+        isolation.note_return()
+        return out
+
+    call._flashcheck_guarded = True  # type: ignore[attr-defined]
+    return call
