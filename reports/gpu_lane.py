@@ -228,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=False)
     ap.add_argument("--commit", default=os.environ.get("FLASHCHECK_COMMIT", "unknown"))
     ap.add_argument("--part", default=None, help="K/N: run the K-th of N slices of the test files")
+    ap.add_argument("--files", nargs="+", default=None, help="run these test files (a part chosen by hand)")
     ap.add_argument("--suite-budget", type=float, default=540.0)
     ap.add_argument("--sweep-budget", type=float, default=240.0)
     ap.add_argument("--shards", type=int, default=4)
@@ -250,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "lane_command": "python3 -m flashcheck.reports.gpu_lane " + " ".join(argv or sys.argv[1:])}
         if not a.no_suite:
-            rec["suite"] = run_suite(a.out, suite_files(a.part), a.suite_budget, a.workers)
+            rec["suite"] = run_suite(a.out, a.files or suite_files(a.part), a.suite_budget, a.workers)
             print(f"suite: {rec['suite']['passed']} passed, {rec['suite']['failed']} failed, "
                   f"{rec['suite']['skipped']} skipped, {len(rec['suite']['not_run'])} not run, "
                   f"{rec['suite']['wall_s']} s", flush=True)
