@@ -192,7 +192,14 @@ def _attn_block(
     return acc, l_i, l32, m_new
 
 
-@triton.jit
+# Sizes and the scalar strides of fp32 side outputs change from call to call but none feeds an
+# alignment or vector width (EVEN_D/EVEN_DV and the blocking are constexprs; unmasked key blocks
+# carry no key mask), so they are not specialised: one compiled variant serves every length
+# instead of one per (M % 16, N % 16, D % 16, ...) class. Q/K/V/O strides stay specialised: their
+# divisibility gives the 16-byte loads.
+@triton.jit(do_not_specialize=["HQ", "HKV", "GROUP", "M", "N", "D", "DV", "LEFT", "RIGHT", "KEYS_PER_SPLIT",
+                               "PART_O", "PART_L"],
+            do_not_specialize_on_alignment=["smb", "smh", "smm", "slb", "slh", "slm", "spb", "sph", "spm"])
 def _attn_fwd_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, kvlen_ptr, cuq_ptr, cuk_ptr, mask_ptr, m_part, l_part, l32_part,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod,

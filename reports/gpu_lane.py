@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--files", nargs="+", default=None, help="run these test files (a part chosen by hand)")
     ap.add_argument("--suite-budget", type=float, default=540.0)
     ap.add_argument("--sweep-budget", type=float, default=240.0)
-    ap.add_argument("--shards", type=int, default=4)
+    ap.add_argument("--shards", type=int, default=8)
     ap.add_argument("--workers", default="auto")
     ap.add_argument("--no-suite", action="store_true")
     ap.add_argument("--no-sweep", action="store_true")
