@@ -242,6 +242,8 @@ def install() -> bool:
     _install_autotune(default_first=True)
     _installed = True
     _self_check(interp)
+    from flashcheck import interp_bounds  # out-of-bounds loads/stores raise (docs/interpreter.md)
+    interp_bounds.install(interp)
     return True
 
 

@@ -721,7 +721,7 @@ def _launch(q4, k4, v4, o4, lse3, *, batch: int, m_max: int, n_max: int, cu_q, c
         acc_p = torch.empty((splits, *o4.shape), dtype=torch.float32, device=o4.device).as_strided(
             (splits, *o4.shape), (o4.numel(), *o4.stride()))
         ml = torch.empty((3, splits, o4.numel() // Dv), dtype=torch.float32, device=o4.device)
-        out_t, os_ = acc_p[0], o4.stride()
+        out_t, os_ = acc_p, o4.stride()  # all splits: the kernel writes split s at s * PART_O
         ps = tuple(s // Dv for s in o4.stride()[:3])
         part_o, part_l = o4.numel(), o4.numel() // Dv
         m_p, l_p, l32_p = ml[0], ml[1], ml[2]
