@@ -18,6 +18,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.getgroup("flashcheck").addoption(
         "--results-log", default=None, metavar="PATH",
         help="append one JSON line per test outcome to PATH as the run goes (for runs that may be killed)")
+    parser.getgroup("flashcheck").addoption(
+        "--run-ids", default=None, metavar="FILE",
+        help="run only the tests whose node ids are listed in FILE, one a line (the rest of a killed run)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    path = config.getoption("--run-ids", None)
+    if not path:
+        return
+    with open(path, encoding="utf-8") as fh:
+        wanted = {line.rstrip("\n") for line in fh if line.strip()}
+    keep = [i for i in items if i.nodeid in wanted]
+    config.hook.pytest_deselected(items=[i for i in items if i.nodeid not in wanted])
+    items[:] = keep
 
 
 def _write(config: pytest.Config, record: dict[str, Any]) -> None:

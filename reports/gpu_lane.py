@@ -72,10 +72,16 @@ def _file_weights() -> dict[str, float]:
     return out
 
 
-def run_suite(out: Path, files: list[str], budget: float, workers: str) -> dict:
+def run_suite(out: Path, files: list[str], budget: float, workers: str, resume: list[Path] | None = None) -> dict:
     log = out / "results.jsonl"
     cmd = [sys.executable, "-m", "pytest", "-n", workers, "--hypothesis-profile", "gpu", "-p", "flashcheck.results_log",
            "--results-log", str(log), "-q", "-rfE", "--tb=line", *files]
+    if resume:  # the tests earlier parts left unrun (killed at their budget, or never started)
+        left = set().union(*(set(tally(p)["not_run"]) for p in resume))
+        done = set().union(*(set(tally(p)["done"]) for p in resume))
+        ids = out / "run-ids.txt"
+        ids.write_text("\n".join(sorted(left - done)) + "\n")
+        cmd += ["--run-ids", str(ids)]
     t0 = time.time()
     with open(out / "pytest.log", "w") as fh:
         try:
@@ -103,7 +109,7 @@ def tally(log: Path) -> dict:
                 if prev is None or rec["outcome"] in ("failed", "error"):
                     tests[rec["nodeid"]] = rec
     counts = {k: sum(1 for r in tests.values() if r["outcome"] == k) for k in ("passed", "failed", "skipped", "error")}
-    return {"collected": len(collected), **counts, "not_run": sorted(collected - set(tests)),
+    return {"collected": len(collected), **counts, "not_run": sorted(collected - set(tests)), "done": sorted(tests),
             "failures": sorted((r["nodeid"], r["message"]) for r in tests.values() if r["outcome"] in ("failed", "error")),
             "slowest": sorted(((r["duration"], r["nodeid"]) for r in tests.values()), reverse=True)[:20]}
 
@@ -207,8 +213,10 @@ def merge(dirs: list[Path]) -> dict:
     base = dict(recs[-1])
     suites = [r["suite"] for r in recs if r.get("suite")]
     if suites:
-        s = {k: sum(x[k] for x in suites) for k in ("collected", "passed", "failed", "skipped", "error")}
-        s["not_run"] = sorted(n for x in suites for n in x["not_run"])
+        # Parts are resumed runs: the first collected everything, each later one ran what was left.
+        s = {k: sum(x[k] for x in suites) for k in ("passed", "failed", "skipped", "error")}
+        s["collected"] = suites[0]["collected"]
+        s["not_run"] = suites[-1]["not_run"]
         s["failures"] = sorted(f for x in suites for f in x["failures"])
         s["slowest"] = sorted((tuple(t) for x in suites for t in x["slowest"]), reverse=True)[:20]
         s["wall_s"] = round(sum(x["wall_s"] for x in suites), 1)
@@ -229,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--commit", default=os.environ.get("FLASHCHECK_COMMIT", "unknown"))
     ap.add_argument("--part", default=None, help="K/N: run the K-th of N slices of the test files")
     ap.add_argument("--files", nargs="+", default=None, help="run these test files (a part chosen by hand)")
+    ap.add_argument("--resume", type=Path, nargs="+", default=None,
+                    help="results.jsonl of earlier parts: run only the tests they left unrun")
     ap.add_argument("--suite-budget", type=float, default=540.0)
     ap.add_argument("--sweep-budget", type=float, default=240.0)
     ap.add_argument("--shards", type=int, default=8)
@@ -251,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "lane_command": "python3 -m flashcheck.reports.gpu_lane " + " ".join(argv or sys.argv[1:])}
         if not a.no_suite:
-            rec["suite"] = run_suite(a.out, a.files or suite_files(a.part), a.suite_budget, a.workers)
+            rec["suite"] = run_suite(a.out, a.files or suite_files(a.part), a.suite_budget, a.workers, a.resume)
             print(f"suite: {rec['suite']['passed']} passed, {rec['suite']['failed']} failed, "
                   f"{rec['suite']['skipped']} skipped, {len(rec['suite']['not_run'])} not run, "
                   f"{rec['suite']['wall_s']} s", flush=True)

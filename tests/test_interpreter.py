@@ -75,14 +75,14 @@ def _row_max_kernel(x_ptr, max_ptr, arg_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _misc_kernel(a_ptr, b_ptr, i_ptr, const_ptr, int_ptr, where_ptr, fma_ptr, clamp_ptr, pad_ptr, n,
+def _misc_kernel(a_ptr, b_ptr, i_ptr, const_ptr, int_ptr, where_ptr, fma_ptr, clamp_ptr, pad_ptr, n, n_int,
                  BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     mask = offs < n
     a = tl.load(a_ptr + offs, mask=mask)
     b = tl.load(b_ptr + offs, mask=mask)
     tl.store(const_ptr + offs, tl.full([BLOCK], 1.00390625, tl.bfloat16) + tl.zeros([BLOCK], tl.bfloat16), mask=mask)
-    tl.store(int_ptr + offs, tl.load(i_ptr + offs, mask=mask).to(tl.bfloat16), mask=mask)
+    tl.store(int_ptr + offs, tl.load(i_ptr + offs, mask=offs < n_int).to(tl.bfloat16), mask=offs < n_int)
     tl.store(where_ptr + offs, tl.where(a < b, a, -3.0e38), mask=mask)
     tl.store(fma_ptr + offs, tl.fma(a, b, a), mask=mask)
     tl.store(clamp_ptr + offs, tl.clamp(a, -b, b), mask=mask)
@@ -289,7 +289,7 @@ def test_bf16_constants_ints_where_fma_clamp_padding() -> None:
     ints = torch.tensor([257, 259, -(2**24) - 3, 2**31 - 1, 0, -1] * 10, dtype=torch.int32)
     n = ints.numel()
     outs = [torch.empty(1000 if i < 5 else 1024, dtype=torch.bfloat16, device=DEVICE) for i in range(6)]
-    _misc_kernel[(1,)](a.to(DEVICE), b.to(DEVICE), ints.to(DEVICE), *outs, 1000, BLOCK=1024)
+    _misc_kernel[(1,)](a.to(DEVICE), b.to(DEVICE), ints.to(DEVICE), *outs, 1000, n, BLOCK=1024)
     const, as_bf16, where, fma, clamp, pad = (o.cpu() for o in outs)
     assert (const.view(torch.int16) == 0x3F80).all(), "1 + 2**-8 is a tie: to even, 1.0"
     assert_same_bits(as_bf16[:n], ints.double().to(torch.bfloat16), "int32 -> bf16")  # exact in fp64
