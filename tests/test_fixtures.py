@@ -136,7 +136,8 @@ def _evil(tmp: Path) -> tuple[str, Path]:
 
 @pytest.fixture
 def settings(monkeypatch: pytest.MonkeyPatch) -> dict:
-    """This process's fixture settings, restored afterwards, environment cleared of overrides."""
+    """This process's fixture settings, restored afterwards (`flashcheck replay` in-process switches
+    saving off), environment cleared of overrides."""
     for k in list(fx._SETTINGS):
         monkeypatch.setitem(fx._SETTINGS, k, None)
     for env in (fx.DIR_ENV, fx.SAVE_ENV, fx.SUITE_ENV, "FLASHCHECK_MUTANT"):
@@ -144,7 +145,7 @@ def settings(monkeypatch: pytest.MonkeyPatch) -> dict:
     return fx._SETTINGS
 
 
-def test_no_fixture_field_is_imported(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_no_fixture_field_is_imported(tmp_path: Path, capsys: pytest.CaptureFixture, settings: dict) -> None:
     target, marker = _evil(tmp_path)
     folder = tmp_path / "fixtures"
     folder.mkdir()
@@ -233,8 +234,8 @@ BAD = {  # name -> (edit of a good payload, or raw text) and a word of the expec
 
 
 @pytest.mark.parametrize("name", list(BAD))
-def test_bad_fixture_is_its_own_error_and_the_rest_replay(name: str, tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture) -> None:
+def test_bad_fixture_is_its_own_error_and_the_rest_replay(name: str, tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                         settings: dict) -> None:
     edit, word = BAD[name]
     good = _write(tmp_path / "good.json", registered("softmax_row"))
     payload = json.loads(good.read_text())
@@ -299,7 +300,7 @@ def test_only_the_suite_writes_into_its_regressions(tmp_path: Path, settings: di
     d = fx.DEFAULT_FIXTURE_DIR
     assert fx.write_refusal("registered:softmax", d) is None
     assert "registered kernels only" in fx.write_refusal("file:k.py:soft", d)
-    assert "unregistered" not in str(fx.write_refusal("unregistered:x", tmp_path))
+    assert fx.write_refusal("unregistered:x", tmp_path) is None and fx.write_refusal("unregistered:x", d)
     monkeypatch.setenv(fx.SUITE_ENV, "0")  # what every tooling subprocess gets
     assert fx.fixture_dir() == tmp_path / "flashcheck-regressions" and fx.write_refusal("registered:softmax", d)
     monkeypatch.setenv(fx.SUITE_ENV, "1")
