@@ -31,6 +31,9 @@ IMPORT_ROOT: Path = _HERE.parent
 
 
 FAMILIES = ("softmax", "attention")
+#: Where fixtures go when no folder is named and the run is not flashcheck's own suite (an external
+#: kernel's author's repository, not flashcheck's).
+LOCAL_FIXTURE_DIR = "flashcheck-regressions"
 
 
 def suite_paths(family: str | None = None) -> list[str]:

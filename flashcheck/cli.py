@@ -53,6 +53,10 @@ def _check(argv: Sequence[str]) -> int:
         print(f"flashcheck check: {e}", file=sys.stderr)
         return 2
     family = spec.family
+    problem = _fixture_dir_problem(rest)
+    if problem:
+        print(f"flashcheck check: --fixture-dir {problem}", file=sys.stderr)
+        return 2
     import pytest
 
     from flashcheck import suite_paths
@@ -105,65 +109,119 @@ def _pop_timeout(argv: list[str]) -> float:
     return float(os.environ.get(TIMEOUT_ENV) or DEFAULT_TASK_TIMEOUT)
 
 
+def _fixture_dir_problem(pytest_args: Sequence[str]) -> str | None:
+    """Why the --fixture-dir among pytest's arguments cannot take fixtures (checked before the run,
+    so a failure's own message is never replaced by an OSError of the fixture's write)."""
+    if "--no-save-fixtures" in pytest_args:
+        return None
+    d = None
+    for i, a in enumerate(pytest_args):
+        if a == "--fixture-dir" and i + 1 < len(pytest_args):
+            d = pytest_args[i + 1]
+        elif a.startswith("--fixture-dir="):
+            d = a.split("=", 1)[1]
+    if d is None:
+        return None
+    from flashcheck.fixtures import dir_problem
+
+    return dir_problem(Path(d))
+
+
 def _replay(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="flashcheck replay", description="Re-check saved fixtures, bit for bit.")
+    p = argparse.ArgumentParser(
+        prog="flashcheck replay", description="Re-check saved fixtures, bit for bit. A fixture is data: "
+        "the kernel is --kernel, or the registered kernel the fixture names; a folder's fixtures of "
+        "other kernels are skipped.")
     p.add_argument("fixtures", nargs="+", type=Path, help="fixture files (or folders of them)")
-    p.add_argument("--kernel", help="check this kernel instead of the one the fixture names")
+    p.add_argument("--kernel", help="the kernel to check (FILE.py:FUNCTION, package.module:FUNCTION or a "
+                                     "registered name); a fixture file named here is replayed against it "
+                                     "even if it was recorded for another")
+    p.add_argument("--family", choices=FAMILIES, help="the family of a plain --kernel function "
+                                                      "(default: the fixtures')")
     p.add_argument("--timeout", type=float, default=DEFAULT_TASK_TIMEOUT, metavar="S",
                    help=f"seconds per fixture before its kernel counts as hung (default {DEFAULT_TASK_TIMEOUT:g})")
     ns = p.parse_args(argv)
     supervised = _supervised("replay", argv, "fixtures")
     if supervised is not None:
         return supervised
+    from flashcheck import fixtures as fx
     from flashcheck import harness, isolation
     from flashcheck.faults import GpuFault
     from flashcheck.external import KernelLoadError, load_kernel
     from flashcheck.kernels import DEVICE
+    from flashcheck.kernels.registry import PRODUCTION
 
     harness.configure(save=False)
-    harness.load_properties()
-    paths: list[Path] = []
+    explicit: list[Path] = []
+    found: list[Path] = []
     for f in ns.fixtures:
         if f.is_dir():
-            paths.extend(harness.fixture_paths(f))
+            found.extend(fx.fixture_paths(f))
         elif f.is_file():
-            paths.append(f)
+            explicit.append(f)
         else:
             print(f"flashcheck replay: {f}: no such file or folder", file=sys.stderr)
             return 2
-    isolation.record("plan", tasks=[str(p) for p in paths])
+    specs = list(PRODUCTION)
+    if ns.kernel:
+        family = ns.family or _family_of(explicit + found)
+        try:
+            specs = [load_kernel(ns.kernel, family)]
+        except KernelLoadError as e:
+            print(f"flashcheck replay: {e}", file=sys.stderr)
+            return 2
+    plan = fx.plan_replays(explicit, specs, force=bool(ns.kernel)) + fx.plan_replays(found, specs)
+    isolation.record("plan", tasks=[str(r.path) for r in plan])
     done = isolation.excluded()  # replayed (or crashed) in an earlier child of this run
-    paths = [p for p in paths if str(p) not in done]
-    failed = 0
+    plan = [r for r in plan if str(r.path) not in done]
+    counts = {"passed": 0, "failed": 0, "bad fixtures": 0, "not for this kernel": 0}
+    for r in plan:
+        if r.status == "skip" and r.path in explicit:
+            r.status, r.reason = "bad", f"{r.path}: {r.reason}; name its kernel with --kernel TARGET"
+        if r.status == "skip":
+            counts["not for this kernel"] += 1
+            print(f"skip {r.path}: {r.reason}")
+            continue
+        if r.status == "bad":
+            counts["bad fixtures"] += 1
+            print(f"ERROR {r.reason}")
+            continue
+        try:
+            case = fx.case_of(r.payload, DEVICE, r.path)
+        except fx.FixtureError as e:
+            counts["bad fixtures"] += 1
+            print(f"ERROR {e}")
+            continue
+        what = f"{r.path} ({r.spec.name}, {r.payload['property']}{'; ' + r.reason if r.reason else ''})"
+        with isolation.task(str(r.path), ns.timeout):
+            try:
+                harness.check(r.spec, r.payload["property"], case)
+            except GpuFault as e:  # the context is dead: with a parent, a fresh child replays the rest
+                isolation.fault_exit(f"{r.path}: {e}")
+                counts["failed"] += 1
+                print(f"FAIL {what}\nGpuFault: {e}\n")
+            except Exception as e:  # the property's verdict, whatever the kernel raised
+                counts["failed"] += 1
+                print(f"FAIL {what}\n{type(e).__name__}: {e}\n")
+            else:
+                counts["passed"] += 1
+                print(f"pass {what}")
+    if plan or not done:  # (a child left nothing to replay: the parent's summary says it all)
+        print(", ".join(f"{n} {k}" for k, n in counts.items() if n or k in ("passed", "failed")))
+    return 1 if counts["failed"] or counts["bad fixtures"] else 0
+
+
+def _family_of(paths: list[Path]) -> str | None:
+    """The family the fixtures record, when they agree (a plain --kernel function needs one)."""
+    from flashcheck.fixtures import FixtureError, read_fixture
+
+    families = set()
     for path in paths:
-        with isolation.task(str(path), ns.timeout):
-            failed += not _replay_one(path, ns.kernel, harness, load_kernel, KernelLoadError, DEVICE, GpuFault)
-    if paths or not done:  # (a child left nothing to replay: the parent's summary says it all)
-        print(f"{len(paths) - failed} passed, {failed} failed")
-    return 1 if failed else 0
-
-
-def _replay_one(path, kernel, harness, load_kernel, KernelLoadError, DEVICE, GpuFault) -> bool:  # noqa: N803
-    try:
-        payload, case = harness.load_fixture(path, DEVICE)
-        spec = (load_kernel(kernel, payload["family"]) if kernel
-                else harness.resolve_fixture_kernel(payload, path))
-    except (harness.FixtureError, KernelLoadError) as e:
-        print(f"ERROR {e}")
-        return False
-    try:
-        harness.check(spec, payload["property"], case)
-    except GpuFault as e:  # the context is dead: with a parent, a fresh child replays the rest
-        from flashcheck import isolation
-
-        isolation.fault_exit(f"{path}: {e}")
-        print(f"FAIL {path} ({spec.name}, {payload['property']})\nGpuFault: {e}\n")
-        return False
-    except Exception as e:  # the property's verdict, whatever the kernel raised
-        print(f"FAIL {path} ({spec.name}, {payload['property']})\n{type(e).__name__}: {e}\n")
-        return False
-    print(f"pass {path} ({spec.name}, {payload['property']})")
-    return True
+        try:
+            families.add(read_fixture(path)["family"])
+        except FixtureError:
+            continue  # reported as a bad fixture when it is replayed
+    return families.pop() if len(families) == 1 else None
 
 
 def _kernels(argv: Sequence[str]) -> int:

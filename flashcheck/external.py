@@ -10,6 +10,7 @@ naming the file, attribute or key at fault.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import math
@@ -19,6 +20,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from flashcheck.fixtures import target_identity
 from flashcheck.kernels.registry import FAMILIES, REGISTRY, KernelSpec
 from flashcheck.oracles.formats import BY_NAME
 
@@ -283,10 +285,12 @@ def load_kernel(target: str, family: str | None = None, *, overrides: Mapping[st
     except AttributeError:
         public = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))]
         raise KernelLoadError(f"kernel {label}: no attribute {attr!r} (callables: {', '.join(public[:20])})") from None
+    # Its fixtures are keyed by where it lives, never by a name a file chose (flashcheck.fixtures).
+    keys = {"target": target, "identity": target_identity(where, attr, is_file=is_file)}
     if isinstance(obj, KernelSpec):
         if family is not None and obj.family != family:
             raise KernelLoadError(f"kernel {label}:{attr} is a {obj.family} kernel, not {family}")
-        return obj
+        return dataclasses.replace(obj, external=True, extra={**obj.extra, **keys})
     if not callable(obj):
         raise KernelLoadError(f"kernel {label}:{attr} is {type(obj).__name__}, not callable")
     if family is None:
@@ -300,7 +304,7 @@ def load_kernel(target: str, family: str | None = None, *, overrides: Mapping[st
     kwargs = apply_capabilities({"validates_input": False, "bitwise_invariant": False}, caps, family, f"{label}:{attr}.flashcheck")
     kwargs = apply_capabilities(kwargs, overrides or {}, family, "command line")
     stem = Path(where).stem if is_file else where.rsplit(".", 1)[-1]
-    kwargs["extra"] = {**kwargs.get("extra", {}), "target": target}
+    kwargs["extra"] = {**kwargs.get("extra", {}), **keys}
     obj, autotuned = _with_autotune_tunings(obj)
     if autotuned:
         kwargs["tunings"] = tuple(kwargs.get("tunings", ())) + autotuned

@@ -10,26 +10,16 @@ shape, strides and storage offset, so the replay is bit-exact, padding included.
 """
 from __future__ import annotations
 
-import datetime as _dt
-import hashlib
 import json
-import os
-import platform
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import numpy as np
-import torch
-
-from flashcheck import HOME
+from flashcheck.fixtures import (  # noqa: F401  (re-exported: the fixture API's historical home)
+    DEFAULT_FIXTURE_DIR, DIR_ENV, DTYPES as _DTYPES, FIXTURE_FORMAT, SAVE_ENV, SUITE_ENV, WORD as _WORD,
+    FixtureError, configure, fixture_dir, fixture_key, fixture_paths, fixture_payload, kernel_target,
+    load_fixture, save_fixture, saving_enabled, storage_of, storage_snapshot)
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.strategies.case import Case
-
-FIXTURE_FORMAT = 1
-DEFAULT_FIXTURE_DIR = HOME / "tests" / "regressions"
-SAVE_ENV = "FLASHCHECK_SAVE_FIXTURES"
-DIR_ENV = "FLASHCHECK_FIXTURE_DIR"
 
 
 Property = Callable[[KernelSpec, Case], None]
@@ -158,8 +148,15 @@ def _coverage_events(spec: KernelSpec, case: Case) -> None:
 
 
 def _save_if_final(spec: KernelSpec, name: str, case: Case, exc: BaseException) -> None:
+    """Save the shrunk failure; a fixture that cannot be written never masks the failure itself:
+    the kernel's exception is kept and a note says why there is no fixture."""
     if saving_enabled() and _is_final_hypothesis_example():
-        path = save_fixture(spec, name, case, exc)
+        d = fixture_dir()
+        try:
+            path = save_fixture(spec, name, case, exc, d)
+        except OSError as e:
+            exc.add_note(f"flashcheck: no fixture written to {d}: {type(e).__name__}: {e}")
+            return
         exc.add_note(replay_note(path, spec))
 
 
@@ -219,11 +216,6 @@ def _is_final_hypothesis_example() -> bool:
                            "flashcheck.harness._is_final_hypothesis_example") from e
 
 
-def kernel_target(spec: KernelSpec) -> str:
-    """How to name this kernel on the command line (the external target, or the registered name)."""
-    return str(spec.extra.get("target") or spec.name)
-
-
 def replay_note(path: Path, spec: KernelSpec) -> str:
     """What a failure ends with: where its fixture is, how to replay it, how to rebuild the input."""
     payload = json.loads(Path(path).read_text())
@@ -269,174 +261,6 @@ def _kwarg_repr(v: Any) -> str:
     return repr(v)
 
 
-_SETTINGS: dict[str, Any] = {"save": None, "directory": None, "default_dir": None}
-
-
-def configure(*, save: bool | None = None, directory: Path | None = None, default_dir: Path | None = None) -> None:
-    """Set this process's fixture behaviour (the pytest plugin calls it from the options).
-
-    Process state rather than environment variables, so nothing leaks into subprocesses a test
-    starts (the suite's own self-tests run pytest in subprocesses with flags of their own).
-    """
-    if save is not None:
-        _SETTINGS["save"] = save
-    if directory is not None:
-        _SETTINGS["directory"] = Path(directory)
-    if default_dir is not None:
-        _SETTINGS["default_dir"] = Path(default_dir)
-
-
-def saving_enabled() -> bool:
-    if _SETTINGS["save"] is not None:
-        return bool(_SETTINGS["save"])
-    return os.environ.get(SAVE_ENV, "1") not in ("0", "false", "no", "")
-
-
-def fixture_dir() -> Path:
-    """Explicit --fixture-dir, else $FLASHCHECK_FIXTURE_DIR, else ./flashcheck-regressions for an
-    external kernel, else the suite's own tests/regressions."""
-    return Path(_SETTINGS["directory"] or os.environ.get(DIR_ENV) or _SETTINGS["default_dir"]
-                or DEFAULT_FIXTURE_DIR)
-
-
-# ---- serialisation -----------------------------------------------------------------------------
-
-_DTYPES = {str(d).removeprefix("torch."): d for d in (
-    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32, torch.int64, torch.bool)}
-_WORD = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-
-
-def storage_of(t: torch.Tensor) -> torch.Tensor:
-    """The whole storage behind a view, as a flat tensor of its dtype on its device (no copy)."""
-    n = t.untyped_storage().nbytes() // t.element_size()
-    return torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage(), 0, (n,), (1,))
-
-
-def storage_snapshot(t: torch.Tensor) -> torch.Tensor:
-    """A CPU copy of the bytes of a view's whole storage (padding and guards included)."""
-    return storage_of(t).cpu().view(torch.uint8).clone()
-
-
-def _encode_tensor(t: torch.Tensor) -> dict[str, Any]:
-    words = storage_of(t).cpu().view(torch.uint8).numpy().view(_WORD[t.element_size()])
-    width = 2 * t.element_size()
-    hexes = [format(int(w), f"0{width}x") for w in words]
-    return {
-        "dtype": str(t.dtype).removeprefix("torch."),
-        "shape": list(t.shape),
-        "stride": list(t.stride()),
-        "storage_offset": t.storage_offset(),
-        "storage_words": len(words),
-        "bits": [" ".join(hexes[i:i + 16]) for i in range(0, len(hexes), 16)],
-        "values": _preview(t),
-    }
-
-
-def _preview(t: torch.Tensor) -> list[Any]:
-    """Human-readable values of the view (first rows), for reviewers; replay uses `bits`."""
-    v = t.detach().cpu()
-    if v.is_floating_point():
-        v = v.double()
-    flat = v.reshape(-1)[:256].tolist()
-    return [repr(x) if isinstance(x, float) else x for x in flat]
-
-
-def _decode_tensor(d: dict[str, Any], device: torch.device) -> torch.Tensor:
-    dtype = _DTYPES[d["dtype"]]
-    words = np.array([int(w, 16) for line in d["bits"] for w in line.split()], dtype=_WORD[dtype.itemsize])
-    if len(words) != d["storage_words"]:
-        raise ValueError("fixture storage length does not match its bits")
-    base = torch.from_numpy(words.view(np.uint8).copy()).view(dtype).to(device)
-    return base.as_strided(d["shape"], d["stride"], d["storage_offset"])
-
-
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, torch.dtype):
-        return {"dtype": str(v).removeprefix("torch.")}
-    return v
-
-
-def _unjson(v: Any) -> Any:
-    if isinstance(v, dict) and set(v) == {"dtype"}:
-        return _DTYPES[v["dtype"]]
-    return v
-
-
-def _versions() -> dict[str, str]:
-    import hypothesis
-    import triton
-
-    from flashcheck.kernels import INTERPRET
-
-    return {"torch": torch.__version__, "triton": triton.__version__, "hypothesis": hypothesis.__version__,
-            "numpy": np.__version__, "python": platform.python_version(),
-            "backend": "interpreter" if INTERPRET else torch.cuda.get_device_name()}
-
-
-def fixture_payload(spec: KernelSpec, name: str, case: Case, exc: BaseException) -> dict[str, Any]:
-    return {
-        "format": FIXTURE_FORMAT,
-        "kernel": spec.name,
-        "target": kernel_target(spec) if spec.external else None,
-        "family": spec.family,
-        "property": name,
-        "label": case.label,
-        "message": f"{type(exc).__name__}: {exc}",
-        "kwargs": {k: _jsonable(v) for k, v in case.kwargs.items()},
-        "tensors": {k: _encode_tensor(t) for k, t in case.tensors.items()},
-        "versions": _versions(),
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-    }
-
-
-def fixture_key(payload: dict[str, Any]) -> str:
-    """Identity of a failure: kernel, property and the exact input, not message or versions."""
-    ident = {k: payload[k] for k in ("kernel", "property", "kwargs")}
-    ident["tensors"] = {k: {f: v for f, v in t.items() if f != "values"} for k, t in payload["tensors"].items()}
-    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
-
-
-def save_fixture(spec: KernelSpec, name: str, case: Case, exc: BaseException) -> Path:
-    """Write the failing case atomically; one file per distinct failure, safe under xdist."""
-    payload = fixture_payload(spec, name, case, exc)
-    safe_kernel = "".join(c if c.isalnum() or c in "-_" else "_" for c in spec.name)
-    path = fixture_dir() / f"{safe_kernel}__{name}__{fixture_key(payload)}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(payload, f, indent=1)
-        f.write("\n")
-    os.chmod(tmp, 0o644)  # mkstemp makes it private; fixtures are for reviewers too
-    os.replace(tmp, path)
-    return path
-
-
-class FixtureError(ValueError):
-    """A fixture file that cannot be replayed (the message names the file and the problem)."""
-
-
-def load_fixture(path: Path, device: torch.device) -> tuple[dict[str, Any], Case]:
-    try:
-        payload = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise FixtureError(f"fixture {path}: unreadable ({type(e).__name__}: {e})") from None
-    if not isinstance(payload, dict) or payload.get("format") != FIXTURE_FORMAT:
-        got = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
-        raise FixtureError(f"fixture {path}: unknown fixture format {got!r} (expected {FIXTURE_FORMAT})")
-    missing = [k for k in ("kernel", "family", "property", "kwargs", "tensors") if k not in payload]
-    if missing:
-        raise FixtureError(f"fixture {path}: missing field(s) {', '.join(missing)}")
-    try:
-        case = Case(
-            tensors={k: _decode_tensor(t, device) for k, t in payload["tensors"].items()},
-            kwargs={k: _unjson(v) for k, v in payload["kwargs"].items()},
-            label=payload.get("label", ""),
-        )
-    except (KeyError, TypeError, ValueError, RuntimeError) as e:
-        raise FixtureError(f"fixture {path}: bad tensor data ({type(e).__name__}: {e})") from None
-    return payload, case
-
-
 def load_properties() -> None:
     """Import every family's properties (they register themselves with `prop`)."""
     import importlib
@@ -447,32 +271,3 @@ def load_properties() -> None:
         except ModuleNotFoundError as e:
             if e.name != module:
                 raise
-
-
-def resolve_fixture_kernel(payload: dict[str, Any], path: Path | str) -> KernelSpec:
-    """The kernel a fixture names: one under test, else its recorded external target, else a
-    registered production kernel. A fixture of a kernel nobody can find is an error."""
-    from flashcheck.kernels.registry import PRODUCTION, REGISTRY
-
-    name = payload["kernel"]
-    for s in REGISTRY:
-        if s.name == name:
-            return s
-    target = payload.get("target")
-    if target:
-        from flashcheck.external import KernelLoadError, load_kernel
-
-        try:
-            return load_kernel(target, payload["family"])
-        except KernelLoadError as e:
-            raise FixtureError(f"fixture {path}: its kernel {target!r} cannot be loaded: {e}") from None
-    for s in PRODUCTION:
-        if s.name == name:
-            return s
-    raise FixtureError(f"fixture {path}: names kernel {name!r}, which is neither registered nor an external "
-                       f"target (registered: {', '.join(s.name for s in PRODUCTION)})")
-
-
-def fixture_paths(directory: Path | None = None) -> list[Path]:
-    d = directory or fixture_dir()
-    return sorted(d.glob("*.json")) if d.is_dir() else []

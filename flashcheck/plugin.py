@@ -18,9 +18,8 @@ import pytest
 if TYPE_CHECKING:
     from flashcheck.kernels.registry import KernelSpec
 
-from flashcheck import FAMILIES, suite_paths
-#: Where an external kernel's fixtures go by default: the author's repository, not flashcheck's.
-EXTERNAL_FIXTURE_DIR = "flashcheck-regressions"
+from flashcheck import FAMILIES, LOCAL_FIXTURE_DIR as EXTERNAL_FIXTURE_DIR, suite_paths
+
 _ACTIVE_KEY = pytest.StashKey[bool]()
 
 
@@ -47,7 +46,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="do not write regression fixtures for shrunk failures")
     g.addoption("--fixture-dir", dest="flashcheck_fixture_dir", default=None, metavar="DIR",
                 help="where regression fixtures are written and replayed from (default: the suite's "
-                     f"own for registered kernels, ./{EXTERNAL_FIXTURE_DIR} for --kernel)")
+                     f"own for registered kernels in flashcheck's checkout, ./{EXTERNAL_FIXTURE_DIR} otherwise)")
+    parser.addini("flashcheck_suite_fixtures", type="bool", default=False,
+                  help="flashcheck's own suite: shrunk failures of the registered kernels are written to "
+                       "its tests/regressions (set in flashcheck's pyproject.toml; "
+                       "$FLASHCHECK_SUITE_FIXTURES=0/1 overrides)")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -91,6 +94,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "attention: a test of the attention family's suite")
     target, family = config.getoption("flashcheck_kernel"), config.getoption("flashcheck_family")
     config.stash[_ACTIVE_KEY] = bool(target or family)
+    _configure_fixtures(config)
     from flashcheck import isolation
 
     if config.stash[_ACTIVE_KEY] or isolation.enabled() or config.pluginmanager.hasplugin("flashcheck.tiers"):
@@ -115,15 +119,22 @@ def pytest_configure(config: pytest.Config) -> None:
         harness.configure(default_dir=Path.cwd() / EXTERNAL_FIXTURE_DIR)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_sessionstart(session: pytest.Session) -> None:
-    config = session.config
-    if config.getoption("flashcheck_no_save") or config.getoption("flashcheck_fixture_dir"):
-        from flashcheck import harness
+def _configure_fixtures(config: pytest.Config) -> None:
+    """Options into the harness's process state; a named --fixture-dir that cannot take fixtures is
+    one line now, not an OSError in place of the first failure's message."""
+    suite = bool(config.getini("flashcheck_suite_fixtures"))
+    no_save, d = config.getoption("flashcheck_no_save"), config.getoption("flashcheck_fixture_dir")
+    if not (suite or no_save or d):
+        return  # an unrelated pytest run: import nothing heavy
+    from flashcheck import fixtures
 
-        d = config.getoption("flashcheck_fixture_dir")
-        harness.configure(save=not config.getoption("flashcheck_no_save"),
-                          directory=Path(d).resolve() if d else None)
+    fixtures.configure(suite=suite)
+    if no_save or d:
+        fixtures.configure(save=not no_save, directory=Path(d).resolve() if d else None)
+    if d and not no_save:
+        problem = fixtures.dir_problem(Path(d))
+        if problem:
+            raise pytest.UsageError(f"--fixture-dir {problem}")
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:

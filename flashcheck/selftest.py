@@ -3,7 +3,9 @@
 A subprocess must see only the flags its test gives it. Everything that configures pytest,
 Hypothesis or flashcheck through the environment (`PYTEST_ADDOPTS`, `PYTEST_TIMEOUT`,
 `PYTEST_XDIST_WORKER`, `FLASHCHECK_SAVE_FIXTURES`, `FLASHCHECK_FIXTURE_DIR`, `CI`, ...) is
-dropped, so an outer run's `--no-save-fixtures`, worker id or profile cannot leak in.
+dropped, so an outer run's `--no-save-fixtures`, worker id or profile cannot leak in; and
+`FLASHCHECK_SUITE_FIXTURES=0`: a subprocess never writes into flashcheck's own tests/regressions
+(the checkout's pyproject.toml opts its pytest runs in), whatever kernel it breaks on purpose.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     of flashcheck first on PYTHONPATH, plus `extra`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_DROP_PREFIXES) and k not in _DROP}
     env["PYTHONPATH"] = os.pathsep.join([str(IMPORT_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["FLASHCHECK_SUITE_FIXTURES"] = "0"  # flashcheck.fixtures.SUITE_ENV (not imported: it loads torch)
     env.update(extra or {})
     return env
 

@@ -55,27 +55,78 @@ def store_f32(ptrs, y, mask, BF16_BITS: tl.constexpr):
         tl.store(ptrs, y.to(ptrs.dtype.element_ty), mask=mask)
 
 
-def check_float(name: str, t: torch.Tensor) -> None:
+def check_tensor(name: str, t: object) -> None:
+    """A plain dense tensor with data, where the kernels run, that needs no gradient: anything
+    else would be read as raw memory (sparse, quantized), has no data (meta) or would silently
+    lose its autograd graph (backward is not implemented)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, not {type(t).__name__}")
+    if t.layout != torch.strided:
+        raise ValueError(f"{name} has layout {t.layout}; only dense (strided) tensors are supported")
+    if t.is_quantized:
+        raise TypeError(f"{name} is a quantized tensor ({t.dtype}); supported: float16, bfloat16, float32")
+    if t.is_meta:
+        raise ValueError(f"{name} is a meta tensor (no data)")
+    check_device(name, t)
+    if t.requires_grad and torch.is_grad_enabled():
+        raise ValueError(f"{name} requires grad, but backward is not implemented "
+                         "(detach it, or call under torch.no_grad())")
+
+
+def check_float(name: str, t: torch.Tensor) -> None:
+    check_tensor(name, t)
     if t.dtype not in FLOAT_DTYPES:
         raise TypeError(f"{name} has dtype {t.dtype}; supported: float16, bfloat16, float32")
-    check_device(name, t)
+
+
+def _byte_span(t: torch.Tensor) -> tuple[int, int]:
+    """[start, end) of the memory behind t's whole storage: views of one buffer through two
+    storage objects (from_numpy twice, frombuffer, set_) overlap here, not by identity."""
+    start = t.untyped_storage().data_ptr()
+    return start, start + t.untyped_storage().nbytes()
+
+
+def has_internal_overlap(t: torch.Tensor) -> bool:
+    """Whether two elements of t may share memory: a stride 0, or strides too small for the
+    sizes below them (dims sorted by stride; each must clear everything under it)."""
+    reach = 0
+    for stride, size in sorted((st, n) for st, n in zip(t.stride(), t.shape) if n > 1):
+        if stride <= reach:
+            return True
+        reach += stride * (size - 1)
+    return False
 
 
 def check_out(out: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype, *inputs: torch.Tensor) -> None:
-    """`out` must have the right shape, dtype, device and must not overlap any input."""
+    """`out` must be a dense tensor of the right shape, dtype and device whose elements are
+    distinct (gaps allowed: a strided view) and share no memory with any input."""
+    check_tensor("out", out)
     if tuple(out.shape) != tuple(shape):
         raise ValueError(f"out has shape {tuple(out.shape)}, expected {tuple(shape)}")
     if out.dtype != dtype:
         raise TypeError(f"out has dtype {out.dtype}, expected {dtype}")
-    check_device("out", out)
+    if has_internal_overlap(out):
+        raise ValueError(f"out has overlapping elements (stride {out.stride()} for shape {tuple(out.shape)})")
+    o0, o1 = _byte_span(out)
     for t in inputs:
-        if out.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
-            raise ValueError("out shares storage with an input; inputs are never modified")
+        i0, i1 = _byte_span(t)
+        if o0 < i1 and i0 < o1:
+            raise ValueError("out shares memory with an input; inputs are never modified")
+
+
+def check_knob(name: str, v: object, *, lo: int = 1, pow2: bool = False) -> None:
+    """A launch knob: None (the default) or an int >= lo, a power of two where the kernel's
+    block shapes need one."""
+    if v is None:
+        return
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{name} must be an int or None, not {type(v).__name__}")
+    if v < lo or (pow2 and v & (v - 1)):
+        raise ValueError(f"{name} must be {'a power of two ' if pow2 else 'an int '}>= {lo}, got {v}")
 
 
 __all__ = [
     "DEVICE", "INTERPRET", "LOG2E", "FLOAT_DTYPES", "bf16_as_bits", "kernel_view",
-    "load_f32", "load_f32_zero", "store_f32", "check_float", "check_out", "tl", "triton",
+    "load_f32", "load_f32_zero", "store_f32", "check_tensor", "check_float", "check_out", "check_knob",
+    "has_internal_overlap", "tl", "triton",
 ]

@@ -62,8 +62,8 @@ import torch
 
 from ._runtime import on_input_device
 from ._common import (
-    DEVICE, INTERPRET, LOG2E, bf16_as_bits, check_device, check_float, kernel_view, load_f32_zero, store_f32, tl,
-    triton,
+    DEVICE, INTERPRET, LOG2E, bf16_as_bits, check_device, check_float, check_knob, check_tensor, kernel_view,
+    load_f32_zero, store_f32, tl, triton,
 )
 from triton.runtime.errors import OutOfResources  # noqa: E402  (after _runtime: it sets TRITON_INTERPRET)
 
@@ -542,6 +542,16 @@ def _check_options(causal, scale, window, softcap, causal_align, return_lse, num
         raise ValueError(f"num_splits must be >= 0 (0: automatic), got {num_splits}")
 
 
+def _check_launch(pack_gqa, block_m, block_n, num_warps, num_stages) -> None:
+    """Launch knobs: None (the tuned default) or a usable value; 0 is not a default."""
+    if pack_gqa is not None and not isinstance(pack_gqa, bool):
+        raise TypeError(f"pack_gqa must be a bool or None, not {type(pack_gqa).__name__}")
+    check_knob("block_m", block_m, lo=16, pow2=True)
+    check_knob("block_n", block_n, lo=16, pow2=True)
+    check_knob("num_warps", num_warps, pow2=True)
+    check_knob("num_stages", num_stages)
+
+
 def _check_qkv(q, k, v, rank: int, layout: str) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_float(name, t)
@@ -601,6 +611,7 @@ def _mask_view(mask, shape: tuple[int, int, int, int], q: torch.Tensor) -> torch
     """attn_mask validated and expanded (a view with 0 strides) to (B, Hq, M, N)."""
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"attn_mask must be a torch.Tensor or None, not {type(mask).__name__}")
+    check_tensor("attn_mask", mask)
     if mask.dtype != torch.bool and mask.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise TypeError(f"attn_mask must be bool (True = the key takes part) or a float bias "
                         f"(float16/bfloat16/float32), got {mask.dtype}")
@@ -813,6 +824,7 @@ def attention(
     """
     _check_inputs(q, k, v, causal, scale, kv_lens, window=window, softcap=softcap, causal_align=causal_align,
                   attn_mask=attn_mask, return_lse=return_lse, num_splits=num_splits)
+    _check_launch(pack_gqa, block_m, block_n, num_warps, num_stages)
     B, Hq, M, D = q.shape
     N, Dv = k.shape[2], v.shape[3]
     o = torch.empty((B, Hq, M, Dv), dtype=q.dtype, device=q.device)
@@ -863,6 +875,7 @@ def attention_varlen(
         raise ValueError(f"k and v must have the same packed length, got {tuple(k.shape)} and {tuple(v.shape)}")
     _check_heads(q.shape[1], k.shape[1], v.shape[1], q.shape[2], k.shape[2], v.shape[2])
     _check_options(causal, scale, window, softcap, causal_align, return_lse, num_splits)
+    _check_launch(pack_gqa, block_m, block_n, num_warps, num_stages)
     if kv_lens is not None:
         raise ValueError("attention_varlen takes no kv_lens: cu_seqlens_k gives each sequence's keys")
     if attn_mask is not None:

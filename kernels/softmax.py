@@ -13,7 +13,8 @@ import torch
 
 from ._runtime import on_input_device
 from ._common import (
-    DEVICE, INTERPRET, LOG2E, bf16_as_bits, check_float, check_out, kernel_view, load_f32, store_f32, tl, triton,
+    DEVICE, INTERPRET, LOG2E, bf16_as_bits, check_float, check_knob, check_out, kernel_view, load_f32, store_f32, tl,
+    triton,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -90,6 +91,9 @@ def softmax_row(
     block_n: int | None = None,
 ) -> torch.Tensor:
     """Softmax of each row held whole in registers; N up to ROW_MAX_N."""
+    check_knob("rows_per_program", rows_per_program, pow2=True)  # ROWS is a block dim
+    check_knob("num_warps", num_warps, pow2=True)
+    check_knob("block_n", block_n)  # a minimum, rounded up to a power of two
     y = _prepare(x, out_dtype, out)
     m, n = x.shape
     if n > ROW_MAX_N:
@@ -243,6 +247,8 @@ def softmax_online(
 ) -> torch.Tensor:
     """Streaming softmax: one program per row carries a running (max, sum) per lane over
     chunks of block_n, then writes exp(x - max) / sum in a second pass. Any N >= 1."""
+    check_knob("block_n", block_n, lo=2, pow2=True)
+    check_knob("num_warps", num_warps, pow2=True)
     y = _prepare(x, out_dtype, out)
     m, n = x.shape
     cfg = online_config(n, x.dtype, block_n=block_n, num_warps=num_warps)
@@ -375,6 +381,10 @@ def softmax_split(
     """Split-row softmax for a few enormous rows: spans of block_n * chunks_per_block columns
     each give a (max, sum) pair, one program per row merges any number of pairs, and a third
     pass normalizes. Three passes over memory (read, read, write)."""
+    for name, v, lo, pow2 in (("block_n", block_n, 2, True), ("chunks_per_block", chunks_per_block, 1, False),
+                              ("merge_block", merge_block, 2, True), ("num_warps", num_warps, 1, True),
+                              ("merge_warps", merge_warps, 1, True)):
+        check_knob(name, v, lo=lo, pow2=pow2)
     y = _prepare(x, out_dtype, out)
     m, n = x.shape
     cfg = split_config(n, x.dtype, block_n=block_n, chunks_per_block=chunks_per_block,

@@ -139,7 +139,7 @@ def _clean_env() -> dict[str, str]:
 
 
 def _fixture_summary(directory: Path) -> dict[str, Any] | None:
-    paths = sorted(directory.glob("*.json"))
+    paths = sorted(p for p in directory.glob("*.json") if not p.name.startswith("."))
     if not paths:
         return None
     payload = json.loads(paths[0].read_text())
@@ -158,6 +158,9 @@ def run_pytest(args: list[str], *, env_extra: dict[str, str] | None = None, shri
     flashcheck.mutants."""
     tmp = Path(tempfile.mkdtemp(prefix="kill-run-"))
     result_json = tmp / "result.json"
+    if not any(a == "--fixture-dir" or a.startswith("--fixture-dir=") for a in args):
+        # Never the suite's tests/regressions: a mutant or a zoo kernel is broken on purpose.
+        args = [*args, f"--fixture-dir={tmp / 'fixtures'}"]
     cmd = [sys.executable, "-m", "pytest", *args, "-p", "no:xdist", "-p", "no:cacheprovider",
            "-p", "flashcheck.reports.kill_matrix", "-q", "--no-header", "-W", "ignore::DeprecationWarning"]
     env = _clean_env()

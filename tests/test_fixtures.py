@@ -104,3 +104,261 @@ def test_round_trip_is_bit_exact() -> None:
     assert torch.equal(y.cpu().view(torch.int16), x.view(torch.int16))
     assert back.kwargs == {"out_dtype": torch.float32}
     assert fixture_key(payload) == fixture_key(json.loads(json.dumps(payload)))
+
+
+# ---- fixtures are data (issue 18.2) ---------------------------------------------------------------------
+
+from flashcheck import fixtures as fx  # noqa: E402
+from flashcheck.cli import main as cli  # noqa: E402
+from flashcheck.external import load_kernel  # noqa: E402
+from flashcheck.kernels.registry import get as registered  # noqa: E402
+
+CORRECT = "import torch\n\ndef soft(x):\n    return torch.softmax(x.float(), dim=-1).to(x.dtype)\n"
+
+
+def _case(n: int = 3) -> Case:
+    return Case(tensors={"x": torch.linspace(-1, 1, n).reshape(1, n)}, label="t")
+
+
+def _write(path: Path, spec, prop: str = "matches_oracle", case: Case | None = None, **edit) -> Path:
+    payload = fixture_payload(spec, prop, case or _case(), AssertionError("recorded"))
+    payload.update(edit)
+    path.write_text(json.dumps(payload))
+    return path
+
+
+def _evil(tmp: Path) -> tuple[str, Path]:
+    """A kernel file whose import leaves a marker: nothing may import it because a fixture says so."""
+    marker = tmp / "imported"
+    (tmp / "evil.py").write_text(f"open({str(marker)!r}, 'w').close()\n{CORRECT}")
+    return f"{tmp}/evil.py:soft", marker
+
+
+@pytest.fixture
+def settings(monkeypatch: pytest.MonkeyPatch) -> dict:
+    """This process's fixture settings, restored afterwards (`flashcheck replay` in-process switches
+    saving off), environment cleared of overrides."""
+    for k in list(fx._SETTINGS):
+        monkeypatch.setitem(fx._SETTINGS, k, None)
+    for env in (fx.DIR_ENV, fx.SAVE_ENV, fx.SUITE_ENV, "FLASHCHECK_MUTANT"):
+        monkeypatch.delenv(env, raising=False)
+    return fx._SETTINGS
+
+
+def test_no_fixture_field_is_imported(tmp_path: Path, capsys: pytest.CaptureFixture, settings: dict) -> None:
+    target, marker = _evil(tmp_path)
+    folder = tmp_path / "fixtures"
+    folder.mkdir()
+    # Every field that once chose the kernel: a registered kernel's name, a target, an identity.
+    _write(folder / "a.json", registered("softmax"), target=target, identity=f"file:{tmp_path}/evil.py:soft")
+    _write(folder / "b.json", registered("softmax"), target="this:x", kernel="this.x", identity=None, format=1)
+    for argv in (["replay", str(folder)], ["replay", str(folder / "a.json")],
+                 ["replay", str(folder), "--kernel", "softmax_row"]):
+        cli(argv)
+    out = capsys.readouterr().out
+    assert not marker.exists(), "replay imported a file a fixture named"
+    assert "Beautiful is better" not in out, "replay imported the module a fixture named"
+    assert "not for this kernel" in out and "--kernel TARGET" in out, out
+
+
+def test_same_stem_in_two_folders_is_two_kernels(tmp_path: Path) -> None:
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "k.py").write_text(CORRECT)
+    a, b = (load_kernel(f"{tmp_path}/{d}/k.py:soft", "softmax") for d in ("a", "b"))
+    assert a.name == b.name and fx.kernel_identity(a) != fx.kernel_identity(b)
+    folder = tmp_path / "fixtures"
+    paths = [fx.save_fixture(s, "matches_oracle", _case(), AssertionError("x"), folder) for s in (a, b)]
+    assert paths[0] != paths[1], "one file for two kernels"
+    plan = fx.plan_replays(paths, [b])
+    assert [r.status for r in plan] == ["skip", "run"] and plan[1].spec is b, plan
+    assert "not for this kernel" in plan[0].reason
+
+
+def test_identity_is_project_relative(tmp_path: Path) -> None:
+    """Stable across clones (a committed fixture replays in CI) and across edits of the kernel."""
+    ids = []
+    for clone in ("one", "two"):
+        (tmp_path / clone / "src").mkdir(parents=True)
+        (tmp_path / clone / "pyproject.toml").write_text("")
+        (tmp_path / clone / "src" / "k.py").write_text(CORRECT + f"# {clone}\n")
+        ids.append(fx.kernel_identity(load_kernel(f"{tmp_path}/{clone}/src/k.py:soft", "softmax")))
+    assert ids == ["file:src/k.py:soft"] * 2
+    assert fx.kernel_identity(registered("softmax")) == "registered:softmax"
+
+
+def test_temporary_files_are_never_collected(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    good = _write(tmp_path / "k__p__1.json", registered("softmax"))
+    (tmp_path / ".tmp-abc.json").write_text("{")
+    assert fx.fixture_paths(tmp_path) == [good]
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(fx.json, "dump", boom)
+    with pytest.raises(OSError, match="disk full"):
+        fx.save_fixture(registered("softmax"), "matches_oracle", _case(), AssertionError("x"), tmp_path / "w")
+    assert not list((tmp_path / "w").iterdir()), "a failed write left its temporary file"
+
+
+def _bad(payload: dict, **edit) -> dict:
+    out = json.loads(json.dumps(payload))
+    for key, value in edit.items():
+        node, *path = key.split("__")
+        target = out
+        for p in [node, *path][:-1]:
+            target = target[p]
+        target[[node, *path][-1]] = value
+    return out
+
+
+BAD = {  # name -> (edit of a good payload, or raw text) and a word of the expected reason
+    "not json": ("{", "unreadable"),
+    "a list": ("[]", "not an object"),
+    "tensors a list": ({"tensors": []}, "tensors"),
+    "kwargs a list": ({"kwargs": []}, "kwargs"),
+    "tensor a list": ({"tensors__x": []}, "not an object"),
+    "too wide word": ({"tensors__x__bits": ["1ffffffff 0 0"]}, "hex word"),
+    "not hex": ({"tensors__x__bits": ["zz 0 0"]}, "hex word"),
+    "huge storage": ({"tensors__x__storage_words": 10 ** 12}, "implausibly large"),
+    "past storage": ({"tensors__x__shape": [1, 9]}, "reach past"),
+    "bool in shape": ({"tensors__x__shape": [True, 3]}, "integer"),
+    "negative stride": ({"tensors__x__stride": [3, -1]}, "integer"),
+    "unknown dtype": ({"tensors__x__dtype": "complex64"}, "dtype"),
+    "bad dtype kwarg": ({"kwargs": {"out_dtype": {"dtype": "nope"}}}, "dtype"),
+    "unknown family": ({"family": "conv"}, "family"),
+    "unknown property": ({"property": "nope"}, "unknown softmax property"),
+    "unknown format": ({"format": 9}, "format"),
+    "stale kernel": ({"identity": "registered:gone", "kernel": "gone"}, "not registered"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD))
+def test_bad_fixture_is_its_own_error_and_the_rest_replay(name: str, tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                         settings: dict) -> None:
+    edit, word = BAD[name]
+    good = _write(tmp_path / "good.json", registered("softmax_row"))
+    payload = json.loads(good.read_text())
+    bad = tmp_path / "bad.json"
+    bad.write_text(edit if isinstance(edit, str) else json.dumps(_bad(payload, **edit)))
+    rc = cli(["replay", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    line = next(ln for ln in out.splitlines() if "bad.json" in ln)
+    assert line.startswith(f"ERROR bad fixture {bad}:") and word in line, out
+    assert f"pass {good}" in out and "1 passed, 0 failed, 1 bad fixtures" in out, out
+    assert "Traceback" not in out
+
+
+@pytest.mark.slow
+def test_bad_fixture_under_pytest_is_labelled(tmp_path: Path) -> None:
+    good = _write(tmp_path / "good.json", registered("softmax_row"))
+    (tmp_path / "bad.json").write_text(json.dumps(_bad(json.loads(good.read_text()), tensors__x__bits=["1ffff"])))
+    run = _pytest("tests/test_regressions.py", "--family", "softmax", "--fixture-dir", str(tmp_path), "-p", "no:randomly")
+    out = run.stdout + run.stderr
+    assert run.returncode == 1 and "1 failed, " in out and "bad fixture" in out, out[-3000:]
+    assert "good.json" not in out.split("short test summary")[-1], out[-3000:]
+
+
+def test_unwritable_fixture_dir_keeps_the_failure(tmp_path: Path, settings: dict) -> None:
+    from hypothesis import given, settings as hsettings, strategies as st
+
+    from flashcheck.harness import check
+    from flashcheck.kernels.registry import KernelSpec
+
+    (tmp_path / "file").write_text("")
+    fx.configure(save=True, directory=tmp_path / "file" / "sub")
+    ns: dict = {}
+    exec(BROKEN, ns)
+    spec = KernelSpec(name="broken", family="softmax", fn=ns["broken_tail"])
+
+    @hsettings(max_examples=5, database=None, deadline=None)
+    @given(st.integers(2, 4))
+    def run(n: int) -> None:
+        check(spec, "matches_oracle", Case(tensors={"x": torch.ones(1, n)}))
+
+    with pytest.raises(AssertionError) as info:
+        run()
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    assert "no fixture written" in notes and "file" in notes, notes
+
+
+def test_unwritable_fixture_dir_is_one_line_up_front(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "k.py").write_text(CORRECT)
+    (tmp_path / "file").write_text("")
+    rc = cli(["check", f"{tmp_path}/k.py:soft", "--family", "softmax", "--fixture-dir", str(tmp_path / "file" / "d")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "is not a folder" in err, err
+
+
+def test_only_the_suite_writes_into_its_regressions(tmp_path: Path, settings: dict,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert fx.fixture_dir() == tmp_path / "flashcheck-regressions"  # no opt-in: never the package's
+    fx.configure(suite=True)
+    assert fx.fixture_dir() == fx.DEFAULT_FIXTURE_DIR
+    d = fx.DEFAULT_FIXTURE_DIR
+    assert fx.write_refusal("registered:softmax", d) is None
+    assert "registered kernels only" in fx.write_refusal("file:k.py:soft", d)
+    assert fx.write_refusal("unregistered:x", tmp_path) is None and fx.write_refusal("unregistered:x", d)
+    monkeypatch.setenv(fx.SUITE_ENV, "0")  # what every tooling subprocess gets
+    assert fx.fixture_dir() == tmp_path / "flashcheck-regressions" and fx.write_refusal("registered:softmax", d)
+    monkeypatch.setenv(fx.SUITE_ENV, "1")
+    monkeypatch.setenv("FLASHCHECK_MUTANT", "/tmp/m.json")  # a mutant is broken on purpose
+    assert fx.write_refusal("registered:softmax", d)
+    from flashcheck.selftest import clean_env
+
+    assert clean_env()[fx.SUITE_ENV] == "0"
+
+
+def test_a_real_failure_of_ours_still_leaves_a_fixture(tmp_path: Path, settings: dict,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The suite's own run (opted in) writes a registered kernel's shrunk failure to commit."""
+    import dataclasses
+
+    from hypothesis import given, settings as hsettings, strategies as st
+
+    from flashcheck.harness import check
+
+    monkeypatch.setattr(fx, "DEFAULT_FIXTURE_DIR", tmp_path / "regressions")
+    fx.configure(suite=True)
+    ns: dict = {}
+    exec(BROKEN, ns)
+    spec = dataclasses.replace(registered("softmax"), fn=ns["broken_tail"])
+
+    @hsettings(max_examples=5, database=None, deadline=None)
+    @given(st.integers(2, 4))
+    def run(n: int) -> None:
+        check(spec, "matches_oracle", Case(tensors={"x": torch.ones(1, n)}))
+
+    with pytest.raises(AssertionError):
+        run()
+    files = list((tmp_path / "regressions").glob("softmax__matches_oracle__*.json"))
+    assert len(files) == 1 and json.loads(files[0].read_text())["identity"] == "registered:softmax"
+
+
+def test_tooling_runs_get_a_temporary_fixture_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flashcheck.reports import kill_matrix
+
+    seen = {}
+
+    def fake(cmd, **kw):
+        seen.update(cmd=cmd, env=kw["env"])
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(kill_matrix.subprocess, "run", fake)
+    kill_matrix.run_pytest(["tests/test_softmax.py"])
+    dirs = [a for a in seen["cmd"] if a.startswith("--fixture-dir=")]
+    assert len(dirs) == 1 and not fx.is_suite_dir(Path(dirs[0].split("=", 1)[1])), seen["cmd"]
+    assert seen["env"][fx.SUITE_ENV] == "0"
+
+
+def test_committed_fixtures_are_real_findings_of_registered_kernels() -> None:
+    from flashcheck.kernels.registry import PRODUCTION
+
+    names = {f"registered:{s.name}" for s in PRODUCTION}
+    for path in fx.fixture_paths(fx.DEFAULT_FIXTURE_DIR):
+        payload = fx.read_fixture(path)
+        assert fx.payload_identity(payload) in names, path
+        # A property's verdict, not a crash of a broken tool (mutation runs once left 41 KeyErrors).
+        assert payload["message"].startswith("AssertionError"), (path, payload["message"][:200])

@@ -1,27 +1,51 @@
-"""Replay every saved exact-bit fixture against its kernel, on every run.
+"""Replay the saved exact-bit fixtures of the kernels under test, on every run.
 
-A fixture is a shrunk counterexample Hypothesis once found. Replaying it rebuilds the input
-bit for bit (padding and guard bytes included) and re-checks the property that failed. A fixture
-that cannot be read, or that names a kernel nobody can find, fails its own test (and only it).
+A fixture is a shrunk counterexample Hypothesis once found. Replaying it rebuilds the input bit
+for bit (padding and guard bytes included) and re-checks the property that failed. A fixture is
+data: it is replayed against the kernel under test whose identity it records (fixtures of other
+kernels in the folder are not collected), never against anything it names. A bad fixture fails
+its own test, labelled "bad fixture", and only it.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from flashcheck.harness import PROPERTIES, check, fixture_paths, load_fixture, load_properties, resolve_fixture_kernel
+from flashcheck.fixtures import FixtureError, Replay, case_of, fixture_paths, plan_replays, replay_dirs
+from flashcheck.harness import check
 from flashcheck.kernels import DEVICE
 
 
-@pytest.mark.parametrize("fixture", fixture_paths(), ids=lambda p: p.name)
-def test_replay_fixture(fixture: Path, request: pytest.FixtureRequest) -> None:
-    load_properties()
-    payload, case = load_fixture(fixture, DEVICE)
-    family = request.config.getoption("flashcheck_family")
-    if family and payload["family"] != family:
-        pytest.skip(f"{fixture.name} is a {payload['family']} fixture; this run checks {family}")
-    assert (payload["family"], payload["property"]) in PROPERTIES, \
-        f"{fixture}: unknown {payload['family']} property {payload['property']!r}"
-    spec = resolve_fixture_kernel(payload, fixture)
-    check(spec, payload["property"], case)
+def _plan(config: pytest.Config) -> list[Replay]:
+    from flashcheck.kernels.registry import REGISTRY
+
+    family = config.getoption("flashcheck_family", None)
+    specs = [s for s in REGISTRY if not family or s.family == family]
+    seen, paths = set(), []
+    for d in replay_dirs(specs):
+        for p in fixture_paths(d):
+            if p.resolve() not in seen:
+                seen.add(p.resolve())
+                paths.append(p)
+    names = {s.name for s in specs}
+    # Another kernel's fixture is not collected; a format-1 one that only names this kernel's stem
+    # is shown as a skip saying how to replay it.
+    return [r for r in plan_replays(paths, specs)
+            if r.status != "skip" or (r.payload and r.payload.get("kernel") in names and "format-1" in r.reason)]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.definition.name == "test_replay_fixture":
+        plan = _plan(metafunc.config)
+        metafunc.parametrize("fixture", plan, ids=[r.path.name for r in plan])
+
+
+def test_replay_fixture(fixture: Replay) -> None:
+    if fixture.status == "bad":
+        pytest.fail(fixture.reason, pytrace=False)
+    if fixture.status == "skip":
+        pytest.skip(fixture.reason)
+    try:
+        case = case_of(fixture.payload, DEVICE, fixture.path)
+    except FixtureError as e:
+        pytest.fail(str(e), pytrace=False)
+    check(fixture.spec, fixture.payload["property"], case)
