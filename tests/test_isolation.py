@@ -18,7 +18,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from flashcheck import faults, harness
+from flashcheck import faults, fixtures, harness
 from flashcheck.kernels import INTERPRET
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.selftest import clean_env
@@ -147,7 +147,7 @@ def test_fault_is_not_shrunk_and_its_input_is_saved(tmp_path: Path) -> None:
             run()
     finally:
         harness.configure(save=None)
-        harness._SETTINGS["directory"] = None
+        fixtures._SETTINGS["directory"] = None
     faulting = [c for c in calls if c.shape[1] > 3]
     assert len(faulting) == 1, f"the kernel ran {len(faulting)} times on faulting inputs: Hypothesis shrank"
     msg = str(info.value)
