@@ -76,11 +76,10 @@ def run_suite(out: Path, files: list[str], budget: float, workers: str, resume: 
     log = out / "results.jsonl"
     cmd = [sys.executable, "-m", "pytest", "-n", workers, "--hypothesis-profile", "gpu", "-p", "flashcheck.results_log",
            "--results-log", str(log), "-q", "-rfE", "--tb=line", *files]
-    if resume:  # the tests earlier parts left unrun (killed at their budget, or never started)
-        left = set().union(*(set(tally(p)["not_run"]) for p in resume))
-        done = set().union(*(set(tally(p)["done"]) for p in resume))
+    if resume:  # what earlier parts left: never run, killed at their budget, or failed (run again)
+        before = tally(*resume)
         ids = out / "run-ids.txt"
-        ids.write_text("\n".join(sorted(left - done)) + "\n")
+        ids.write_text("\n".join(sorted(set(before["not_run"]) | {n for n, _ in before["failures"]})) + "\n")
         cmd += ["--run-ids", str(ids)]
     t0 = time.time()
     with open(out / "pytest.log", "w") as fh:
@@ -90,13 +89,28 @@ def run_suite(out: Path, files: list[str], budget: float, workers: str, resume: 
         except subprocess.TimeoutExpired:
             rc = "killed at the budget"
     wall = time.time() - t0
-    return {"command": "pytest " + " ".join(cmd[3:]), "rc": rc, "wall_s": round(wall, 1), **tally(log)}
+    rec = {"command": "pytest " + " ".join(cmd[3:]), "rc": rc, "wall_s": round(wall, 1), **tally(*(resume or []), log)}
+    if resume:
+        rec["parts"] = [json.loads((p.parent / "gpu_run.json").read_text())["suite"]["command"]
+                        for p in resume if (p.parent / "gpu_run.json").exists()] + [rec["command"]]
+        rec["wall_s"] = round(wall + sum(_wall_of(p) for p in resume), 1)
+    return rec
 
 
-def tally(log: Path) -> dict:
+def _wall_of(log: Path) -> float:
+    meta = log.parent / "gpu_run.json"
+    return json.loads(meta.read_text())["suite"]["wall_s"] if meta.exists() else 0.0
+
+
+def tally(*logs: Path) -> dict:
+    """Outcomes per test over the logs of one run's parts: within a log a failing phase sticks,
+    a later log (a resumed part) decides for the tests it ran again."""
     tests: dict[str, dict] = {}
     collected: set[str] = set()
-    if log.exists():
+    for log in logs:
+        if not log.exists():
+            continue
+        this: dict[str, dict] = {}
         for line in log.read_text().splitlines():
             try:
                 rec = json.loads(line)
@@ -105,9 +119,10 @@ def tally(log: Path) -> dict:
             if rec.get("event") == "collected":
                 collected.update(rec.get("ids", []))
             elif rec.get("event") == "test":
-                prev = tests.get(rec["nodeid"])
+                prev = this.get(rec["nodeid"])
                 if prev is None or rec["outcome"] in ("failed", "error"):
-                    tests[rec["nodeid"]] = rec
+                    this[rec["nodeid"]] = rec
+        tests.update(this)
     counts = {k: sum(1 for r in tests.values() if r["outcome"] == k) for k in ("passed", "failed", "skipped", "error")}
     return {"collected": len(collected), **counts, "not_run": sorted(collected - set(tests)), "done": sorted(tests),
             "failures": sorted((r["nodeid"], r["message"]) for r in tests.values() if r["outcome"] in ("failed", "error")),
@@ -177,7 +192,9 @@ def write_record(out: Path, rec: dict) -> Path:
              f"- lane command: `{rec['lane_command']}`", ""]
     if s:
         lines += ["## Suite (gpu profile)", "",
-                  f"- command: `{s['command']}`" if "command" in s else f"- parts: {s.get('parts')}",
+                  (f"- command: `{s['command']}`" if not s.get("parts") else
+                   "- parts (each resumed what the earlier left; a failure re-run decides by its last run):\n"
+                   + "\n".join(f"  - `{c}`" for c in s["parts"])),
                   f"- collected {s['collected']}: **{s['passed']} passed, {s['failed']} failed, {s['error']} errors, "
                   f"{s['skipped']} skipped, {len(s['not_run'])} not run**",
                   f"- wall time: {s['wall_s']} s (pytest exit: {s['rc']})", ""]
@@ -238,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--part", default=None, help="K/N: run the K-th of N slices of the test files")
     ap.add_argument("--files", nargs="+", default=None, help="run these test files (a part chosen by hand)")
     ap.add_argument("--resume", type=Path, nargs="+", default=None,
-                    help="results.jsonl of earlier parts: run only the tests they left unrun")
+                    help="results.jsonl of earlier parts (each with its gpu_run.json beside it): run only the "
+                         "tests they left unrun or failed; the record covers all parts")
     ap.add_argument("--suite-budget", type=float, default=540.0)
     ap.add_argument("--sweep-budget", type=float, default=240.0)
     ap.add_argument("--shards", type=int, default=8)

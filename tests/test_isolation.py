@@ -264,7 +264,10 @@ def test_replay_names_the_crash(crashers: Path, saved_fixture: Path, kernel: str
     passing = saved_fixture.parent / "copy"
     passing.mkdir(exist_ok=True)
     (passing / saved_fixture.name).write_text(saved_fixture.read_text())
-    p = _cli(crashers, "replay", str(saved_fixture), str(passing), "--kernel", f"crashers.py:{kernel}", "--timeout", "4")
+    # Both named: a fixture file named with --kernel is replayed against it (a folder's fixtures
+    # recorded for another kernel are not).
+    p = _cli(crashers, "replay", str(saved_fixture), str(passing / saved_fixture.name), "--kernel",
+             f"crashers.py:{kernel}", "--timeout", "4")
     out = p.stdout + p.stderr
     assert p.returncode == 1, out
     assert f"flashcheck: 2 fixtures: 0 passed, 0 failed, 2 crashed" in out, out

@@ -47,6 +47,6 @@ def test_fewer_stages_when_shared_memory_runs_out() -> None:
 
 
 def test_grid_limit_is_a_clear_error() -> None:
-    q = torch.zeros(65536, 1, 1, 16)
+    q = torch.zeros(65536, 1, 1, 16, device=A.DEVICE)
     with pytest.raises(ValueError, match="grid limit"):
         A.attention(q, q, q)
