@@ -90,16 +90,16 @@ def run_suite(out: Path, files: list[str], budget: float, workers: str, resume: 
             rc = "killed at the budget"
     wall = time.time() - t0
     rec = {"command": "pytest " + " ".join(cmd[3:]), "rc": rc, "wall_s": round(wall, 1), **tally(*(resume or []), log)}
-    if resume:
-        rec["parts"] = [json.loads((p.parent / "gpu_run.json").read_text())["suite"]["command"]
-                        for p in resume if (p.parent / "gpu_run.json").exists()] + [rec["command"]]
-        rec["wall_s"] = round(wall + sum(_wall_of(p) for p in resume), 1)
+    if resume:  # each part's record already adds up the parts before it
+        last = _suite_of(resume[-1])
+        rec["parts"] = (last.get("parts") or [last.get("command", "?")]) + [rec["command"]]
+        rec["wall_s"] = round(wall + max(_suite_of(p).get("wall_s", 0.0) for p in resume), 1)
     return rec
 
 
-def _wall_of(log: Path) -> float:
+def _suite_of(log: Path) -> dict:
     meta = log.parent / "gpu_run.json"
-    return json.loads(meta.read_text())["suite"]["wall_s"] if meta.exists() else 0.0
+    return json.loads(meta.read_text()).get("suite") or {} if meta.exists() else {}
 
 
 def tally(*logs: Path) -> dict:
