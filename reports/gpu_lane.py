@@ -163,16 +163,25 @@ def sweep_shard(shard: str, deadline: float) -> int:
     s, n = (int(v) for v in shard.split("/"))
     total = len(memcheck_sweep.cases(big=True))
     todo = [i for i in range(total) if i % n == s]
+    log = Path(f"/tmp/flashcheck-sweep-{os.getpid()}.out")
     while todo and time.time() < deadline:
         ids = ",".join(map(str, todo))
-        proc = subprocess.run(["compute-sanitizer", "--tool", "memcheck", "--print-limit", "10", sys.executable, "-m",
-                               "flashcheck.reports.memcheck_sweep", "--ids", ids], cwd=HOME, capture_output=True,
-                              text=True, timeout=max(10.0, deadline - time.time()))
-        sys.stdout.write(proc.stdout + proc.stderr)
+        # Streamed to a file, not captured: a process killed at the deadline keeps what it did.
+        with open(log, "w") as fh:
+            proc = subprocess.Popen(["compute-sanitizer", "--tool", "memcheck", "--print-limit", "10", sys.executable,
+                                     "-m", "flashcheck.reports.memcheck_sweep", "--ids", ids], cwd=HOME, stdout=fh,
+                                    stderr=subprocess.STDOUT)
+            try:
+                proc.wait(timeout=max(10.0, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        text = log.read_text(errors="replace")
+        sys.stdout.write(text)
         sys.stdout.flush()
-        done = {int(i) for i in re.findall(r"^(?:OK|FAIL) (\d+)", proc.stdout, re.M)}
-        started = [int(i) for i in re.findall(r"^CASE (\d+)", proc.stdout, re.M)]
-        if started and started[-1] not in done:  # killed inside a case (sanitizer abort): skip it
+        done = {int(i) for i in re.findall(r"^(?:OK|FAIL) (\d+)", text, re.M)}
+        started = [int(i) for i in re.findall(r"^CASE (\d+)", text, re.M)]
+        if started and started[-1] not in done and time.time() < deadline:  # ended inside a case: skip it
             print(f"FAIL {started[-1]} (the process ended inside this case)")
             done.add(started[-1])
         if not done:
