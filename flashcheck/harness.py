@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from flashcheck import HOME
+from flashcheck.interp_bounds import KernelFault
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.strategies.case import Case
 
@@ -155,8 +156,8 @@ def check_all(spec: KernelSpec, names: Sequence[str], case: Case) -> None:
             check(spec, name, case, save=False)
         except Exception as exc:  # a property's verdict, or the kernel raising on this input
             failures.append((name, exc))
-            if not isinstance(exc, AssertionError):
-                break  # the kernel itself raised: every other property would repeat it
+            if not isinstance(exc, AssertionError) or isinstance(exc, KernelFault):
+                break  # the kernel raised or faulted (interpreter checks): every other property would repeat it
     if not failures:
         return
     first_name, first = failures[0]

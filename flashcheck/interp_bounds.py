@@ -26,14 +26,18 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["OutOfBoundsAccess", "ENV", "enabled", "install", "extent_of"]
+__all__ = ["KernelFault", "OutOfBoundsAccess", "ENV", "enabled", "install", "extent_of"]
 
 ENV = "FLASHCHECK_OOB_CHECK"
 _ORIGIN = "_flashcheck_origin"  # attribute set on the interpreter's TensorHandle of a pointer
 _MAX_SHOWN = 6
 
 
-class OutOfBoundsAccess(AssertionError):
+class KernelFault(AssertionError):
+    """The interpreter caught the kernel doing what fails on a GPU: every property would see it."""
+
+
+class OutOfBoundsAccess(KernelFault):
     """A kernel under the interpreter read or wrote memory outside the tensors it was given."""
 
 
@@ -69,7 +73,7 @@ class _Launch:
 
 _STACK: list[_Launch] = []
 #: exceptions that are the kernel's failure, re-raised as they are rather than as Triton's InterpreterError
-KERNEL_FAILURES: list[type] = [OutOfBoundsAccess]
+KERNEL_FAILURES: list[type] = [KernelFault]
 
 
 def _describe(t: Any) -> str:

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from flashcheck.interp_bounds import KernelFault
+
 __all__ = ["GpuIncompatible", "GpuResourceWarning", "install", "tf32_truncate", "tf32_round", "GRID_LIMITS",
            "SHARED_MEMORY_BYTES"]
 
@@ -35,7 +37,7 @@ GRID_LIMITS = (2**31 - 1, 65535, 65535)  # CUDA's gridDim limits (x, y, z)
 SHARED_MEMORY_BYTES = 227 * 1024  # the most one block may use on H100/H200 (sm_90)
 
 
-class GpuIncompatible(AssertionError):
+class GpuIncompatible(KernelFault):
     """The kernel does something a GPU rejects, which Triton's interpreter would have run."""
 
 
@@ -108,9 +110,6 @@ def install(interp: types.ModuleType) -> None:
     from triton._C.libtriton import ir
     import triton.language as tl
 
-    from flashcheck import interp_bounds
-
-    interp_bounds.KERNEL_FAILURES.append(GpuIncompatible)
     B = interp.InterpreterBuilder
     B.create_maxnumf = lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.fmax)
     B.create_minnumf = lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.fmin)
