@@ -11,7 +11,9 @@
   likewise b; a_small b_big + a_big b_small + a_big b_big + c); ``"ieee"`` is exact fp32 as before.
 * A global that is not ``tl.constexpr`` read inside a ``@triton.jit`` function: the GPU compiler
   raises "Cannot access global variable X"; the interpreter ran it. Now the first launch of each
-  kernel scans it (and the jit functions it calls) and raises :class:`GpuIncompatible`.
+  kernel scans its bytecode (and the jit functions it calls) and raises :class:`GpuIncompatible`.
+  The scan is static: a global read only in a branch a constexpr switches off is reported too,
+  though the GPU compiler never visits that branch.
 * A grid whose x > 2^31 - 1 or y, z > 65535: a GPU launch fails; now :class:`GpuIncompatible`.
 * Shared memory: the interpreter has none to run out of. A ``tl.dot`` whose two operand tiles
   take more than the H100/H200 per-block limit (227 KiB) even single-buffered warns once per
@@ -77,6 +79,8 @@ def _bad_globals(fn: Any, seen: set[int]) -> list[tuple[str, str]]:
     calls."""
     from triton.runtime.jit import KernelInterface
 
+    while isinstance(fn, KernelInterface):  # @triton.autotune / @triton.heuristics / @triton.jit layers
+        fn = getattr(fn, "fn", None)
     if id(fn) in seen or not isinstance(fn, types.FunctionType):
         return []
     seen.add(id(fn))
@@ -89,7 +93,7 @@ def _bad_globals(fn: Any, seen: set[int]) -> list[tuple[str, str]]:
             continue  # a builtin (range, float, min, ...)
         val = fn.__globals__[name]
         if isinstance(val, KernelInterface):
-            out += _bad_globals(getattr(val, "fn", None), seen)
+            out += _bad_globals(val, seen)
         elif not _allowed_global(val):
             out.append((fn.__name__, name))
     return out
