@@ -18,6 +18,7 @@ from flashcheck.fixtures import (  # noqa: F401  (re-exported: the fixture API's
     DEFAULT_FIXTURE_DIR, DIR_ENV, DTYPES as _DTYPES, FIXTURE_FORMAT, SAVE_ENV, SUITE_ENV, WORD as _WORD,
     FixtureError, configure, fixture_dir, fixture_key, fixture_paths, fixture_payload, kernel_target,
     load_fixture, save_fixture, saving_enabled, storage_of, storage_snapshot)
+from flashcheck.interp_bounds import KernelFault
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.strategies.case import Case
 
@@ -178,8 +179,8 @@ def check_all(spec: KernelSpec, names: Sequence[str], case: Case) -> None:
             check(spec, name, case, save=False)
         except Exception as exc:  # a property's verdict, or the kernel raising on this input
             failures.append((name, exc))
-            if not isinstance(exc, AssertionError):
-                break  # the kernel itself raised: every other property would repeat it
+            if not isinstance(exc, AssertionError) or isinstance(exc, KernelFault):
+                break  # the kernel raised or faulted (interpreter checks): every other property would repeat it
     if not failures:
         return
     first_name, first = failures[0]

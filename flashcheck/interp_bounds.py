@@ -26,14 +26,18 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["OutOfBoundsAccess", "ENV", "enabled", "install", "extent_of"]
+__all__ = ["KernelFault", "OutOfBoundsAccess", "ENV", "enabled", "install", "extent_of"]
 
 ENV = "FLASHCHECK_OOB_CHECK"
 _ORIGIN = "_flashcheck_origin"  # attribute set on the interpreter's TensorHandle of a pointer
 _MAX_SHOWN = 6
 
 
-class OutOfBoundsAccess(AssertionError):
+class KernelFault(AssertionError):
+    """The interpreter caught the kernel doing what fails on a GPU: every property would see it."""
+
+
+class OutOfBoundsAccess(KernelFault):
     """A kernel under the interpreter read or wrote memory outside the tensors it was given."""
 
 
@@ -68,6 +72,8 @@ class _Launch:
 
 
 _STACK: list[_Launch] = []
+#: exceptions that are the kernel's failure, re-raised as they are rather than as Triton's InterpreterError
+KERNEL_FAILURES: list[type] = [KernelFault]
 
 
 def _describe(t: Any) -> str:
@@ -99,7 +105,7 @@ def _where() -> str:
     f = sys._getframe(2)
     while f is not None:
         path = f.f_code.co_filename
-        if f.f_code.co_name == "__call__" and "triton" in path and "interpreter" in path:
+        if f.f_code.co_name == "__call__" and "args_dev" in f.f_code.co_varnames:  # GridExecutor: the launch
             break
         if "triton" + os.sep not in path and not os.path.abspath(path).startswith(here):
             out.append(f"{os.path.relpath(path) if path.startswith(os.getcwd()) else path}:{f.f_lineno}")
@@ -212,6 +218,14 @@ def _propagating(fn: Any) -> Any:
     return run
 
 
+def _checked(fn: Any, kind: str, p: int, m: int | None) -> Any:
+    def run(self, *args, **kwargs):
+        check_access(kind, args[p], None if m is None else args[m], self.grid_idx)
+        return fn(self, *args, **kwargs)
+    run.__name__ = fn.__name__
+    return run
+
+
 def install(interp: types.ModuleType) -> None:
     """Hook the bounds check into this process's Triton interpreter (idempotent)."""
     global _installed
@@ -223,27 +237,10 @@ def install(interp: types.ModuleType) -> None:
     for name in _PROPAGATE:
         setattr(B, name, _propagating(B.__dict__[name]))
 
-    load, store = B.create_masked_load, B.create_masked_store
-    rmw, cas = B.create_atomic_rmw, B.create_atomic_cas
-
-    def create_masked_load(self, ptrs, mask, other, cache_modifier, eviction_policy, is_volatile):
-        check_access("load", ptrs, mask, self.grid_idx)
-        return load(self, ptrs, mask, other, cache_modifier, eviction_policy, is_volatile)
-
-    def create_masked_store(self, ptrs, value, mask, cache_modifier, eviction_policy):
-        check_access("store", ptrs, mask, self.grid_idx)
-        return store(self, ptrs, value, mask, cache_modifier, eviction_policy)
-
-    def create_atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope):
-        check_access("atomic", ptr, mask, self.grid_idx)
-        return rmw(self, rmwOp, ptr, val, mask, sem, scope)
-
-    def create_atomic_cas(self, ptr, cmp, val, sem, scope):
-        check_access("atomic", ptr, None, self.grid_idx)
-        return cas(self, ptr, cmp, val, sem, scope)
-
-    for fn in (create_masked_load, create_masked_store, create_atomic_rmw, create_atomic_cas):
-        setattr(B, fn.__name__, fn)
+    # (method, access, index of the pointer operand, index of the mask operand or None)
+    for name, kind, p, m in (("create_masked_load", "load", 0, 1), ("create_masked_store", "store", 0, 2),
+                             ("create_atomic_rmw", "atomic", 1, 3), ("create_atomic_cas", "atomic", 0, None)):
+        setattr(B, name, _checked(B.__dict__[name], kind, p, m))
 
     # block pointers and tensor descriptors: the materialized pointers keep the base's origin
     for cls in (interp.BlockPointerHandle, interp.TensorDescHandle):
@@ -284,8 +281,11 @@ def install(interp: types.ModuleType) -> None:
         try:
             return call(self, *args_dev, **kwargs)
         except InterpreterError as e:
-            if isinstance(e.__cause__, OutOfBoundsAccess):  # the kernel's failure, not the interpreter's
-                raise e.__cause__.with_traceback(None) from None
+            cause = e.__cause__  # wrapped once more per @triton.jit helper the access was made in
+            while isinstance(cause, InterpreterError):
+                cause = cause.__cause__
+            if isinstance(cause, tuple(KERNEL_FAILURES)):  # the kernel's failure, not the interpreter's
+                raise cause.with_traceback(None) from None
             raise
         finally:
             _STACK.pop()

@@ -242,8 +242,9 @@ def install() -> bool:
     _install_autotune(default_first=True)
     _installed = True
     _self_check(interp)
-    from flashcheck import interp_bounds  # out-of-bounds loads/stores raise (docs/interpreter.md)
+    from flashcheck import interp_bounds, interp_gpu  # docs/interpreter.md: bounds check, GPU semantics
     interp_bounds.install(interp)
+    interp_gpu.install(interp)
     return True
 
 

@@ -238,7 +238,9 @@ def merge(dirs: list[Path]) -> dict:
     recs = [json.loads((d / "gpu_run.json").read_text()) for d in dirs]
     base = dict(recs[-1])
     suites = [r["suite"] for r in recs if r.get("suite")]
-    if suites:
+    if len(suites) == 1:
+        base["suite"] = suites[0]
+    elif suites:
         # Parts are resumed runs: the first collected everything, each later one ran what was left.
         s = {k: sum(x[k] for x in suites) for k in ("passed", "failed", "skipped", "error")}
         s["collected"] = suites[0]["collected"]
@@ -252,6 +254,8 @@ def merge(dirs: list[Path]) -> dict:
     sweeps = [r["sweep"] for r in recs if r.get("sweep")]
     if sweeps:
         base["sweep"] = sweeps[-1]
+    base["commit"] = ", ".join(dict.fromkeys(r["commit"] for r in recs))
+    base["date"] = ", ".join(dict.fromkeys(r["date"] for r in recs))
     if len({r["kernels"] for r in recs}) != 1:
         raise SystemExit("gpu_lane --merge: the parts were run at different kernels/ (digests differ)")
     return base

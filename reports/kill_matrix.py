@@ -99,7 +99,7 @@ def _watch(name: str, fn):
             return fn(spec, case)
         except Exception as exc:
             record = {"property": name, "case": repr(case), "message": f"{type(exc).__name__}: {exc}",
-                      "exception": type(exc).__name__}
+                      "exception": type(exc).__name__, "check": isinstance(exc, AssertionError)}
             if _S["first"] is None:
                 _S["first"] = dict(record, seconds=round(time.perf_counter() - _S["t0"], 2),
                                    examples=_S["cases"], kernel_calls=_S["calls"],
@@ -202,8 +202,9 @@ def run_zoo_kernel(z, *, out_dir: Path | None = None, first_only: bool = True, s
     first = data.get("first")
     failed = data.get("tests_failed") or []
     # Caught: the run failed (exit 1) and the first failure is a check the suite made
-    # (a property's AssertionError, or a test's own assertion), not a crash of the zoo kernel.
-    caught = rc == 1 and bool(failed) and (first is None or first["exception"] == "AssertionError")
+    # (a property's AssertionError, the interpreter's OutOfBoundsAccess, or a test's own assertion), not a
+    # crash of the zoo kernel.
+    caught = rc == 1 and bool(failed) and (first is None or first.get("check", first["exception"] == "AssertionError"))
     return {
         "name": z.name, "family": z.family, "bug_class": z.bug_class, "references": z.references,
         "expected_property": z.property_hint,

@@ -22,7 +22,7 @@ import torch
 from flashcheck import kernels  # noqa: F401  (the interpreter switch, before triton)
 from flashcheck.kernels import DEVICE
 from flashcheck.kernels._common import INTERPRET, LOG2E, bf16_as_bits, kernel_view, load_f32_zero, store_f32, tl, triton
-from flashcheck.kernels.attention import _check_inputs, effective_scale
+from flashcheck.kernels.attention import _check_cu, _check_inputs, _check_options, _check_qkv, effective_scale
 from flashcheck.tests.zoo import ZooKernel
 
 NONE, NAN_KV, HEAD_DIM_CUT, CAUSAL_OFF_BY_ONE, KV_LENS_IGNORED, RESCALE_NAN, FP16_SCORES = range(7)
@@ -89,12 +89,16 @@ def _attn_kernel(q_ptr, k_ptr, v_ptr, o_ptr, kvlen_ptr,
 
 def _attention(q, k, v, *, causal=False, scale=None, kv_lens=None, bug: int = NONE) -> torch.Tensor:
     _check_inputs(q, k, v, causal, scale, kv_lens)
-    B, H, M, D = q.shape
-    N = k.shape[2]
     # zeros: columns a cut head dim never writes stay the same from run to run
-    o = torch.zeros((B, H, M, D), dtype=q.dtype, device=q.device)
-    if o.numel() == 0 or N == 0:
-        return o
+    o = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
+    if o.numel() and k.shape[2]:
+        _run(q, k, v, o, q.shape[2], k.shape[2], causal=causal, scale=scale, kv_lens=kv_lens, bug=bug)
+    return o
+
+
+def _run(q, k, v, o, M: int, N: int, *, causal, scale, kv_lens=None, bug: int = NONE) -> None:
+    """One launch on (B, H, seq, D) views: queries [0, M), keys [0, N) of them."""
+    B, H, _, D = q.shape
     block = 32 if INTERPRET else 64
     block_d = max(16, triton.next_power_of_2(D))
     if bug == HEAD_DIM_CUT:
@@ -106,7 +110,6 @@ def _attention(q, k, v, *, causal=False, scale=None, kv_lens=None, bug: int = NO
         *xs, kl, *q.stride(), *k.stride(), *v.stride(), *o.stride(), H, M, N, D, qk_scale,
         BLOCK_M=block, BLOCK_N=block, BLOCK_D=block_d, CAUSAL=bool(causal), HAS_KVLEN=kv_lens is not None,
         BF16_BITS=bf16_as_bits(q.dtype), BUG=bug)
-    return o
 
 
 def nan_kv_padding(q, k, v, *, causal=False, scale=None, kv_lens=None):
@@ -198,6 +201,60 @@ _CLASSES = {
     "fp16_scores": ("scores kept in fp16 (overflow)", _trigger_fp16_scores),
 }
 
+def _varlen_flash(q, k, v, cu_q, cu_k, *, max_seqlen_q, max_seqlen_k, causal=False, scale=None,
+                  bug: bool = False) -> torch.Tensor:
+    """Packed sequences through the flash kernel above, one launch per sequence on views of the
+    packed tensors from the sequence's first row on. The bug: the key count of every launch is
+    max_seqlen_k, not the sequence's own length (cu_seqlens_k[b + 1] - cu_seqlens_k[b])."""
+    _check_qkv(q, k, v, 3, "(total, H, D)")
+    if k.shape[0] != v.shape[0] or not (q.shape[1] == k.shape[1] == v.shape[1]) or not (
+            q.shape[2] == k.shape[2] == v.shape[2]):
+        raise ValueError(f"this kernel takes MHA with one head dim: q {tuple(q.shape)}, k {tuple(k.shape)}, "
+                         f"v {tuple(v.shape)}")
+    _check_options(causal, scale, None, 0.0, "top_left", False, 1)
+    cq = _check_cu("cu_seqlens_q", cu_q, None, q.shape[0], max_seqlen_q, "max_seqlen_q")
+    ck = _check_cu("cu_seqlens_k", cu_k, len(cq) - 1, k.shape[0], max_seqlen_k, "max_seqlen_k")
+    o = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
+    from_row = lambda t, r: t[r:].transpose(0, 1)[None]  # noqa: E731  (1, H, rows from r on, D)
+    for b in range(len(cq) - 1):
+        m, n = cq[b + 1] - cq[b], (max_seqlen_k if bug else ck[b + 1] - ck[b])
+        if m and n:
+            _run(from_row(q, cq[b]), from_row(k, ck[b]), from_row(v, ck[b]), from_row(o, cq[b]), m, n,
+                 causal=causal, scale=scale)
+    return o
+
+
+def varlen_past_cu_seqlens(q, k, v, *, causal=False, scale=None, kv_lens=None):
+    """Varlen keys counted by max_seqlen_k instead of cu_seqlens_k: every sequence attends to
+    max_seqlen_k keys from its first one on, the next sequences' keys and, for the last ones, rows
+    past the packed K/V (an out-of-bounds read). The dense entry point is correct; `varlen_fn`
+    carries the bug. The varlen boundary class of vLLM PR #27547 and FlashInfer #4347, past the
+    packed end. Caught on the CPU by the interpreter's bounds check, on a
+    GPU by the oracle (other sequences' keys) or an illegal-address fault."""
+    return _attention(q, k, v, causal=causal, scale=scale, kv_lens=kv_lens)
+
+
+def _varlen_past_fn(q, k, v, cu_q, cu_k, **kw):
+    return _varlen_flash(q, k, v, cu_q, cu_k, bug=True, **kw)
+
+
+def _varlen_within_fn(q, k, v, cu_q, cu_k, **kw):
+    return _varlen_flash(q, k, v, cu_q, cu_k, bug=False, **kw)
+
+
+def _varlen_fixed(q, k, v, *, causal=False, scale=None, kv_lens=None):
+    return _attention(q, k, v, causal=causal, scale=scale, kv_lens=kv_lens)
+
+
+def _trigger_varlen_past():
+    """The last sequence is shorter than max_seqlen_k: its keys run 2 rows past the packed K/V."""
+    g = torch.Generator().manual_seed(3)
+    lq, lk = [3, 1, 5], [6, 1, 4]
+    q, k, v = (torch.randn(sum(n), 2, 8, generator=g).to(DEVICE) for n in (lq, lk, lk))
+    cu = lambda ls: torch.tensor(np.concatenate([[0], np.cumsum(ls)]), dtype=torch.int32, device=DEVICE)  # noqa: E731
+    return dict(q=q, k=k, v=v, cu_seqlens_q=cu(lq), cu_seqlens_k=cu(lk), max_seqlen_q=5, max_seqlen_k=6)
+
+
 # What the one-defect flash kernel above takes: the issue-4 contract (MHA, top-left causal,
 # kv_lens, D = Dv), declared so the suite never draws a feature it lacks.
 LEGACY_CAPS = {"gqa": False, "dv": False, "window": False, "softcap": False, "varlen": False, "lse": False,
@@ -212,6 +269,13 @@ for _name, (_cls, _trig) in _CLASSES.items():
         caps=dict(getattr(_fn, "flashcheck", {})),
         property_hint="special_values" if _name in ("nan_kv_padding", "rescale_nan") else "matches_oracle",
     )
+varlen_past_cu_seqlens.flashcheck = dict(LEGACY_CAPS, varlen=True, varlen_fn=_varlen_past_fn)
+_varlen_fixed.flashcheck = dict(LEGACY_CAPS, varlen=True, varlen_fn=_varlen_within_fn)
+ZOO["varlen_past_cu_seqlens"] = ZooKernel(
+    name="varlen_past_cu_seqlens", family="attention", bug_class="varlen keys past cu_seqlens (out-of-bounds read)",
+    references=" ".join(inspect.getdoc(varlen_past_cu_seqlens).split()), broken=varlen_past_cu_seqlens,
+    fixed=_varlen_fixed, trigger=_trigger_varlen_past, caps=dict(varlen_past_cu_seqlens.flashcheck),
+    property_hint="interpreter bounds check / matches_oracle")
 
 
 

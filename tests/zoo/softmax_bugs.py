@@ -38,6 +38,7 @@ _LOG2E = tl.constexpr(LOG2E)
 # Bug switches (constexpr values).
 NONE, STRIDES, ZERO_PAD, SENTINEL, NAN_SWALLOW, NO_MAX, INT32_OFFSETS, FAST_EXP = 0, 1, 2, 3, 4, 5, 6, 7
 RESCALE_NAN, STICKY, NO_RESCALE, FP16_SUM, TAIL = 11, 12, 13, 14, 15
+READ_PAST, WRITE_PAST = 16, 17
 MERGE_NAN = 21
 
 
@@ -63,10 +64,13 @@ def _row_kernel(x_ptr, y_ptr, N, sxm, sxn, sym, syn,
         y_off = y_off % 2147483648
     cols = tl.arange(0, BLOCK_N)
     mask = cols < N
+    ld_mask = mask
+    if BUG == 16:  # READ_PAST: the load mask off by one (cols <= N): one element past each row
+        ld_mask = cols <= N
     if BUG == 1:  # STRIDES: offsets as if x were contiguous
         x = load_f32(x_ptr + row * N + cols, mask, X_BITS)
     else:
-        x = load_f32(x_ptr + x_off + cols * sxn, mask, X_BITS)
+        x = load_f32(x_ptr + x_off + cols * sxn, ld_mask, X_BITS)
     if BUG == 2:  # ZERO_PAD: padding lanes hold 0 instead of -inf
         x = tl.where(mask, x, 0.0)
     if BUG == 3:  # SENTINEL: -inf (inputs and padding) replaced by a finite -5e4
@@ -83,6 +87,8 @@ def _row_kernel(x_ptr, y_ptr, N, sxm, sxn, sym, syn,
         m = tl.max(x, axis=0)
         e = tl.exp2((x - m) * _LOG2E)
     y = e / tl.sum(e, axis=0)
+    if BUG == 17:  # WRITE_PAST: the store mask off by one: lane N (a padding lane, y = 0) is written too
+        mask = cols <= N
     store_f32(y_ptr + y_off + cols * syn, y, mask, Y_BITS)
 
 
@@ -257,7 +263,7 @@ def _chunked(x: torch.Tensor, chunk: int) -> torch.Tensor:
     return y
 
 
-def _out_view(x: torch.Tensor, out: torch.Tensor | None, bug: bool) -> torch.Tensor:
+def _out_view(x: torch.Tensor, out: torch.Tensor | None, bug: bool, kernel_bug: int = NONE) -> torch.Tensor:
     _validate(x)
     if out is None:
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
@@ -270,7 +276,7 @@ def _out_view(x: torch.Tensor, out: torch.Tensor | None, bug: bool) -> torch.Ten
     sym, syn = (n, 1) if bug else (out.stride(0), out.stride(1))
     _row_kernel[(m,)](kernel_view(x), kernel_view(out), n, x.stride(0), x.stride(1), sym, syn,
                       BLOCK_N=max(256, triton.next_power_of_2(n)), X_BITS=bf16_as_bits(x.dtype),
-                      Y_BITS=bf16_as_bits(out.dtype), BUG=NONE)
+                      Y_BITS=bf16_as_bits(out.dtype), BUG=kernel_bug)
     return out
 
 
@@ -388,6 +394,24 @@ def out_strides_ignored(x: torch.Tensor, *, out: torch.Tensor | None = None) -> 
     return _out_view(x, out, bug=True)
 
 
+def read_past_row(x: torch.Tensor) -> torch.Tensor:
+    """The load mask off by one (`cols <= N`): every row reads one element past its end, the next
+    row's first element (the last row: past the tensor), into its max and sum. Triton #10336 (a masked
+    load whose length exceeds the view reads past it silently), triton #4577 (illegal memory access
+    in a user softmax kernel). Caught on the CPU by the interpreter's bounds check (flashcheck.interp_bounds),
+    on a GPU by the oracle (wrong sums) or an illegal-address fault."""
+    return _row(x, READ_PAST)
+
+
+def write_past_row(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The store mask off by one (`cols <= N`): every row writes a 0 one element past its end, over
+    the next row's first element (a race on a GPU) and, for the last row, past the output. Caught on
+    the CPU by the interpreter's bounds check, on a GPU by the guard-band property (the write lands
+    in the sentinel bytes around an out= view) or an illegal-address fault. The store-side twin of
+    read_past_row (triton #4577: illegal memory access in a user softmax kernel)."""
+    return _out_view(x, out, bug=False, kernel_bug=WRITE_PAST)
+
+
 # ---- fixed twins and triggers (tests/test_zoo.py) -------------------------------------------------
 
 def _fixed_config(x: torch.Tensor, *, block_n: int = 256) -> torch.Tensor:
@@ -445,6 +469,8 @@ _TRIGGERS = {
     "fast_exp_unguarded": lambda: {"x": _t(np.linspace(-30.0, 0.0, 300)[None, :].repeat(2, 0))},
     "config_dependent_bits": lambda: {"x": _t(_rng().standard_normal((4, 1500)))},
     "out_strides_ignored": _guarded_out_trigger,
+    "read_past_row": lambda: {"x": _t(_rng().standard_normal((3, 300)))},
+    "write_past_row": _guarded_out_trigger,
 }
 
 _CLASSES = {
@@ -463,6 +489,8 @@ _CLASSES = {
     "fast_exp_unguarded": ("unguarded fast exp (ex2.approx.f16)", "matches_oracle"),
     "config_dependent_bits": ("launch configurations give different bits", "configs_identical"),
     "out_strides_ignored": ("output strides ignored (writes outside the out= view)", "guard_bands"),
+    "read_past_row": ("out-of-bounds read (load mask off by one)", "interpreter bounds check / matches_oracle"),
+    "write_past_row": ("out-of-bounds write (store mask off by one)", "interpreter bounds check / guard_bands"),
 }
 
 _FIXED = {
@@ -481,6 +509,8 @@ _FIXED = {
     "fast_exp_unguarded": functools.partial(_row, bug=NONE),
     "config_dependent_bits": _fixed_config,
     "out_strides_ignored": _fixed_out,
+    "read_past_row": functools.partial(_row, bug=NONE),
+    "write_past_row": _fixed_out,
 }
 
 _GPU_ONLY = {
