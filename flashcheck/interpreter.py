@@ -178,16 +178,24 @@ def _replace(cls: type, name: str, new: Any) -> None:
 def unpatched() -> Iterator[None]:
     """Triton's own (inexact) interpreter inside the block: for tests that show what the patch
     fixes. Not thread-safe, like the interpreter itself."""
+    # What is current comes back afterwards, including what other hooks (interp_gpu,
+    # interp_bounds) layered over these patches since they were made.
+    current = {(cls, name): cls.__dict__.get(name, _ABSENT) for cls, name, _, _ in _PATCHES}
     for cls, name, old, _ in reversed(_PATCHES):
         if old is _ABSENT:
-            delattr(cls, name)
+            if name in cls.__dict__:
+                delattr(cls, name)
         else:
             setattr(cls, name, old)
     try:
         yield
     finally:
-        for cls, name, _, new in _PATCHES:
-            setattr(cls, name, new)
+        for (cls, name), value in current.items():
+            if value is _ABSENT:
+                if name in cls.__dict__:
+                    delattr(cls, name)
+            else:
+                setattr(cls, name, value)
 
 
 def installed() -> bool:

@@ -145,7 +145,7 @@ def settings(monkeypatch: pytest.MonkeyPatch) -> dict:
     return fx._SETTINGS
 
 
-def test_no_fixture_field_is_imported(tmp_path: Path, capsys: pytest.CaptureFixture, settings: dict) -> None:
+def test_no_fixture_field_is_imported(tmp_path: Path, capfd: pytest.CaptureFixture, settings: dict) -> None:
     target, marker = _evil(tmp_path)
     folder = tmp_path / "fixtures"
     folder.mkdir()
@@ -155,7 +155,7 @@ def test_no_fixture_field_is_imported(tmp_path: Path, capsys: pytest.CaptureFixt
     for argv in (["replay", str(folder)], ["replay", str(folder / "a.json")],
                  ["replay", str(folder), "--kernel", "softmax_row"]):
         cli(argv)
-    out = capsys.readouterr().out
+    out = capfd.readouterr().out
     assert not marker.exists(), "replay imported a file a fixture named"
     assert "Beautiful is better" not in out, "replay imported the module a fixture named"
     assert "not for this kernel" in out and "--kernel TARGET" in out, out
@@ -234,7 +234,7 @@ BAD = {  # name -> (edit of a good payload, or raw text) and a word of the expec
 
 
 @pytest.mark.parametrize("name", list(BAD))
-def test_bad_fixture_is_its_own_error_and_the_rest_replay(name: str, tmp_path: Path, capsys: pytest.CaptureFixture,
+def test_bad_fixture_is_its_own_error_and_the_rest_replay(name: str, tmp_path: Path, capfd: pytest.CaptureFixture,
                                                          settings: dict) -> None:
     edit, word = BAD[name]
     good = _write(tmp_path / "good.json", registered("softmax_row"))
@@ -242,7 +242,7 @@ def test_bad_fixture_is_its_own_error_and_the_rest_replay(name: str, tmp_path: P
     bad = tmp_path / "bad.json"
     bad.write_text(edit if isinstance(edit, str) else json.dumps(_bad(payload, **edit)))
     rc = cli(["replay", str(tmp_path)])
-    out = capsys.readouterr().out
+    out = capfd.readouterr().out
     assert rc == 1, out
     line = next(ln for ln in out.splitlines() if "bad.json" in ln)
     assert line.startswith(f"ERROR bad fixture {bad}:") and word in line, out
@@ -283,11 +283,11 @@ def test_unwritable_fixture_dir_keeps_the_failure(tmp_path: Path, settings: dict
     assert "no fixture written" in notes and "file" in notes, notes
 
 
-def test_unwritable_fixture_dir_is_one_line_up_front(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_unwritable_fixture_dir_is_one_line_up_front(tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
     (tmp_path / "k.py").write_text(CORRECT)
     (tmp_path / "file").write_text("")
     rc = cli(["check", f"{tmp_path}/k.py:soft", "--family", "softmax", "--fixture-dir", str(tmp_path / "file" / "d")])
-    err = capsys.readouterr().err.strip()
+    err = capfd.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "is not a folder" in err, err
 
 
@@ -361,4 +361,4 @@ def test_committed_fixtures_are_real_findings_of_registered_kernels() -> None:
         payload = fx.read_fixture(path)
         assert fx.payload_identity(payload) in names, path
         # A property's verdict, not a crash of a broken tool (mutation runs once left 41 KeyErrors).
-        assert payload["message"].startswith("AssertionError"), (path, payload["message"][:200])
+        assert payload["message"].startswith(("AssertionError", "OutOfBoundsAccess")), (path, payload["message"][:200])
