@@ -98,13 +98,15 @@ def _attn_kernel(q_ptr, k_ptr, v_ptr, o_ptr, M, N, scale,
         rn = start + tl.arange(0, BLOCK_N)
         k = tl.load(k_ptr + b * skb + h * skh + rn[:, None] * skn + rd[None, :] * skd, mask=rn[:, None] < N, other=0.0)
         v = tl.load(v_ptr + b * svb + h * svh + rn[:, None] * svn + rd[None, :] * svd, mask=rn[:, None] < N, other=0.0)
-        s = tl.dot(q, tl.trans(k)) * scale
+        # ieee: fp32 inputs would otherwise be multiplied as TF32 on the GPU (and in the interpreter,
+        # which follows it), about 1e-4 off: not a correct fp32 kernel
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
         s = tl.where(rn[None, :] < N, s, -float("inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         p = tl.exp(s - m_new[:, None])
         alpha = tl.exp(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
         m_i = m_new
     o = acc / l_i[:, None]
     tl.store(o_ptr + b * sob + h * soh + rm[:, None] * som + rd[None, :] * sod, o.to(o_ptr.dtype.element_ty),
