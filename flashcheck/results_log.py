@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 _KEY = pytest.StashKey[Any]()
+_COLLECTED = pytest.StashKey[bool]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -64,9 +65,6 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
         return
     config.stash[_COLLECTED] = True
     _write(config, {"event": "collected", "count": len(ids), "ids": ids})
-
-
-_COLLECTED = pytest.StashKey[bool]()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

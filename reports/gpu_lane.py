@@ -1,14 +1,13 @@
 """The one-call GPU lane: the whole suite in the gpu profile, the memory-safety sweep under
 compute-sanitizer, and the record `reports/gpu_run.md`.
 
-    python3 -m flashcheck.reports.gpu_lane --out DIR [--commit SHA] [--part K/N] [--suite-budget S]
-                                          [--sweep-budget S] [--no-suite] [--no-sweep]
-    python3 -m flashcheck.reports.gpu_lane --merge DIR1 DIR2 ... --out DIR   # add up parts
+    python3 -m flashcheck.reports.gpu_lane --out DIR [--commit SHA] [--resume DIR0/results.jsonl ...]
+                                          [--suite-budget S] [--sweep-budget S] [--no-suite] [--no-sweep]
+    python3 -m flashcheck.reports.gpu_lane --merge SUITE_DIR SWEEP_DIR --out DIR   # one record of both
 
 Each test's outcome is appended to DIR/results.jsonl as it happens (`flashcheck.results_log`), so
-a run killed at its limit still tells what failed and what never ran. `--part K/N` runs the K-th
-of N slices of the collected tests (by test file, in a fixed order), for a suite that does not
-fit one call; `--merge` adds the parts' records up. The sweep (`memcheck_sweep`) runs in shards
+a run killed at its limit still tells what failed and what never ran; `--resume` runs only what
+earlier parts left (unrun or failed) and adds them up, for a suite that does not fit one call. The sweep (`memcheck_sweep`) runs in shards
 side by side, each restarted after a fault from the next case, so every faulting case is named.
 """
 from __future__ import annotations
@@ -50,26 +49,8 @@ def _triton_version() -> str:
 
 # ---- the suite -------------------------------------------------------------------------------
 
-def suite_files(part: str | None) -> list[str]:
-    files = sorted(str(p.relative_to(HOME)) for p in (HOME / "tests").glob("test_*.py"))
-    if not part:
-        return files
-    k, n = (int(v) for v in part.split("/"))
-    # Files ordered by their recorded CPU durations, dealt round-robin (the slow ones spread out).
-    weights = _file_weights()
-    files.sort(key=lambda f: -weights.get(f, 0.0))
-    return sorted(files[k - 1::n])
-
-
-def _file_weights() -> dict[str, float]:
-    path = HOME / ".test_durations"
-    if not path.exists():
-        return {}
-    out: dict[str, float] = {}
-    for nodeid, sec in json.loads(path.read_text()).items():
-        f = nodeid.split("::")[0]
-        out[f] = out.get(f, 0.0) + float(sec)
-    return out
+def suite_files() -> list[str]:
+    return sorted(str(p.relative_to(HOME)) for p in (HOME / "tests").glob("test_*.py"))
 
 
 def run_suite(out: Path, files: list[str], budget: float, workers: str, resume: list[Path] | None = None) -> dict:
@@ -238,19 +219,10 @@ def merge(dirs: list[Path]) -> dict:
     recs = [json.loads((d / "gpu_run.json").read_text()) for d in dirs]
     base = dict(recs[-1])
     suites = [r["suite"] for r in recs if r.get("suite")]
-    if len(suites) == 1:
+    if len(suites) > 1:  # parts of one suite run chain through --resume, which adds them up
+        raise SystemExit("gpu_lane --merge: several suite records; run later parts with --resume instead")
+    if suites:
         base["suite"] = suites[0]
-    elif suites:
-        # Parts are resumed runs: the first collected everything, each later one ran what was left.
-        s = {k: sum(x[k] for x in suites) for k in ("passed", "failed", "skipped", "error")}
-        s["collected"] = suites[0]["collected"]
-        s["not_run"] = suites[-1]["not_run"]
-        s["failures"] = sorted(f for x in suites for f in x["failures"])
-        s["slowest"] = sorted((tuple(t) for x in suites for t in x["slowest"]), reverse=True)[:20]
-        s["wall_s"] = round(sum(x["wall_s"] for x in suites), 1)
-        s["rc"] = ", ".join(str(x["rc"]) for x in suites)
-        s["parts"] = " + ".join(f"`{x['command']}` ({x['wall_s']} s)" for x in suites)
-        base["suite"] = s
     sweeps = [r["sweep"] for r in recs if r.get("sweep")]
     if sweeps:
         base["sweep"] = sweeps[-1]
@@ -265,7 +237,6 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m flashcheck.reports.gpu_lane", description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=False)
     ap.add_argument("--commit", default=os.environ.get("FLASHCHECK_COMMIT", "unknown"))
-    ap.add_argument("--part", default=None, help="K/N: run the K-th of N slices of the test files")
     ap.add_argument("--files", nargs="+", default=None, help="run these test files (a part chosen by hand)")
     ap.add_argument("--resume", type=Path, nargs="+", default=None,
                     help="results.jsonl of earlier parts (each with its gpu_run.json beside it): run only the "
@@ -292,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "lane_command": "python3 -m flashcheck.reports.gpu_lane " + " ".join(argv or sys.argv[1:])}
         if not a.no_suite:
-            rec["suite"] = run_suite(a.out, a.files or suite_files(a.part), a.suite_budget, a.workers, a.resume)
+            rec["suite"] = run_suite(a.out, a.files or suite_files(), a.suite_budget, a.workers, a.resume)
             print(f"suite: {rec['suite']['passed']} passed, {rec['suite']['failed']} failed, "
                   f"{rec['suite']['skipped']} skipped, {len(rec['suite']['not_run'])} not run, "
                   f"{rec['suite']['wall_s']} s", flush=True)
