@@ -31,29 +31,33 @@ _TOP = 25
 _NO_SPECIALIZE = frozenset(filter(None, os.environ.get("FLASHCHECK_NO_SPECIALIZE", "").split(",")))
 
 
-def _arg_key(value: Any, constexpr: bool) -> Any:
+def _arg_key(value: Any, constexpr: bool, align: bool = True) -> Any:
     if constexpr:
         return ("c", repr(value))
     if hasattr(value, "data_ptr") and hasattr(value, "dtype"):
-        return ("p", str(value.dtype), value.data_ptr() % 16 == 0)
+        return ("p", str(value.dtype), align and value.data_ptr() % 16 == 0)
     if isinstance(value, bool):
         return ("b",)
     if isinstance(value, int):
-        return ("i", value == 1, value % 16 == 0, abs(value) >= 2**31)
+        return ("i", value == 1, align and value % 16 == 0, abs(value) >= 2**31)
     if isinstance(value, float):
         return ("f",)
     return ("o", type(value).__name__)
 
 
-def specialisation_key(fn: Any, args: tuple, kwargs: dict[str, Any]) -> tuple:
+def specialisation_key(fn: Any, args: tuple, kwargs: dict[str, Any], jit_options: dict | None = None) -> tuple:
     """The key Triton's JIT would compile `fn` under for these arguments (an approximation of
-    `triton.runtime.jit`'s specialisation: enough to tell two launches need two binaries)."""
+    `triton.runtime.jit`'s specialisation: enough to tell two launches need two binaries).
+    `jit_options`: the `@triton.jit` keywords (do_not_specialize, do_not_specialize_on_alignment)."""
+    jit_options = jit_options or {}
+    skip = _NO_SPECIALIZE | set(jit_options.get("do_not_specialize") or ())
+    no_align = set(jit_options.get("do_not_specialize_on_alignment") or ())
     params = list(inspect.signature(fn).parameters.values())
     bound = dict(zip((p.name for p in params), args))
     bound.update({k: v for k, v in kwargs.items() if k in {p.name for p in params}})
     options = tuple(sorted((k, repr(v)) for k, v in kwargs.items() if k not in bound))
-    parts = tuple((p.name, _arg_key(bound[p.name], "constexpr" in str(p.annotation)))
-                  for p in params if p.name in bound and p.name not in _NO_SPECIALIZE)
+    parts = tuple((p.name, _arg_key(bound[p.name], "constexpr" in str(p.annotation), p.name not in no_align))
+                  for p in params if p.name in bound and p.name not in skip)
     return (getattr(fn, "__qualname__", repr(fn)), parts, options)
 
 
@@ -67,7 +71,7 @@ def _install() -> None:
 
     def run(self, *args, grid, warmup, **kwargs):
         if _CURRENT and not warmup:
-            key = specialisation_key(self.fn, args, kwargs)
+            key = specialisation_key(self.fn, args, kwargs, getattr(self, "kwargs", None))
             if key not in _SEEN:
                 _SEEN.add(key)
                 _PER_TEST[_CURRENT[-1]].add(key)

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from flashcheck.phases import phases_of
+
 _KEY = pytest.StashKey[Any]()
 _COLLECTED = pytest.StashKey[bool]()
 
@@ -89,9 +91,12 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         msg = msg[0][:500]
     elif report.skipped and isinstance(report.longrepr, tuple):
         msg = str(report.longrepr[2])[:300]
-    _write(config, {"event": "test", "nodeid": report.nodeid, "outcome": outcome, "when": report.when,
-                    "duration": round(report.duration, 3), "worker": _worker(report), "message": msg,
-                    "time": time.time()})
+    record = {"event": "test", "nodeid": report.nodeid, "outcome": outcome, "when": report.when,
+              "duration": round(report.duration, 3), "worker": _worker(report), "message": msg, "time": time.time()}
+    phases = phases_of(report)
+    if phases:  # `-p flashcheck.phases`: where the test's time went
+        record["phases"] = phases
+    _write(config, record)
 
 
 def _worker(report: pytest.TestReport) -> str | None:

@@ -20,6 +20,16 @@ def kernel_view(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.int16) if bf16_as_bits(t.dtype) else t
 
 
+def by16(*values: int) -> tuple[list[int], int]:
+    """Sizes and strides for a kernel that takes them unspecialised (`do_not_specialize`) with a
+    constexpr multiplier MUL: `(values // 16, 16)` when every value is a multiple of 16 that fits
+    int32, else `(values, 1)`. The kernel multiplies back (`v * MUL`), so Triton's alignment
+    analysis still sees the factor 16 that 16-byte loads need, while every other shape and layout
+    shares one compiled binary instead of one per divisibility pattern."""
+    mul = 16 if all(v % 16 == 0 and abs(v) < 2**31 for v in values) else 1
+    return [v // mul for v in values], mul
+
+
 @triton.jit
 def load_f32(ptrs, mask, BF16_BITS: tl.constexpr):
     """Load as fp32; padding lanes read -inf. BF16_BITS: ptrs hold bf16 as int16 bits."""

@@ -62,7 +62,7 @@ import torch
 
 from ._runtime import on_input_device
 from ._common import (
-    DEVICE, INTERPRET, LOG2E, bf16_as_bits, check_device, check_float, check_knob, check_tensor, kernel_view,
+    DEVICE, INTERPRET, LOG2E, bf16_as_bits, by16, check_device, check_float, check_knob, check_tensor, kernel_view,
     load_f32_zero, store_f32, tl, triton,
 )
 from triton.runtime.errors import OutOfResources  # noqa: E402  (after _runtime: it sets TRITON_INTERPRET)
@@ -118,14 +118,14 @@ def _load_tile(ptrs, mask, HAS_MASK: tl.constexpr, BF16_BITS: tl.constexpr):
 def _attn_block(
     acc, l_i, l32, m_i, q, k_ptrs, v_ptrs, mask_ptrs, start_n, skn, svn, smn,
     pos_m, row_ok, offs_n, n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out,
-    MASKED: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
+    MASKED: tl.constexpr, SOFTCAP: tl.constexpr,
     MASK_KIND: tl.constexpr, MASK_BF16_BITS: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
     BF16_BITS: tl.constexpr, IS_FP32: tl.constexpr, ROWSUM_P32: tl.constexpr, RETURN_LSE: tl.constexpr,
 ):
     """One key block of the online softmax. MASKED: the block holds keys past kv_len/N or keys
     some row of the tile does not see (window/causal edges, attn_mask); unmasked blocks skip the
-    key masks entirely. Row i sees key j iff j < n_valid, j >= pos_i + lo_off (HAS_LEFT) and
-    j <= pos_i + hi_off (HAS_RIGHT), and attn_mask allows it."""
+    key masks entirely. Row i sees key j iff j < n_valid, pos_i + lo_off <= j <= pos_i + hi_off
+    (an absent window edge is an offset past every key) and attn_mask allows it."""
     cols = start_n + offs_n
     if MASKED:
         key_ok = cols < n_valid
@@ -152,11 +152,8 @@ def _attn_block(
         bias = load_f32_zero(mask_ptrs + tl.cast(start_n, tl.int64) * smn, bmask, MASK_BF16_BITS)
         s = s + bias * 1.4426950408889634
     if MASKED:
-        vis = (cols < n_valid)[None, :]
-        if HAS_LEFT:
-            vis = vis & (cols[None, :] >= pos_m[:, None] + lo_off)
-        if HAS_RIGHT:
-            vis = vis & (cols[None, :] <= pos_m[:, None] + hi_off)
+        vis = (cols < n_valid)[None, :] & (cols[None, :] >= pos_m[:, None] + lo_off) \
+            & (cols[None, :] <= pos_m[:, None] + hi_off)
         if MASK_KIND == 1:
             keep = tl.load(mask_ptrs + tl.cast(start_n, tl.int64) * smn, mask=row_ok[:, None] & key_ok[None, :],
                            other=0)
@@ -192,29 +189,39 @@ def _attn_block(
     return acc, l_i, l32, m_new
 
 
-# Sizes and the scalar strides of fp32 side outputs change from call to call but none feeds an
-# alignment or vector width (EVEN_D/EVEN_DV and the blocking are constexprs; unmasked key blocks
-# carry no key mask), so they are not specialised: one compiled variant serves every length
-# instead of one per (M % 16, N % 16, D % 16, ...) class. Q/K/V/O strides stay specialised: their
-# divisibility gives the 16-byte loads.
-@triton.jit(do_not_specialize=["HQ", "HKV", "GROUP", "M", "N", "D", "DV", "LEFT", "RIGHT", "KEYS_PER_SPLIT",
-                               "PART_O", "PART_L"],
-            do_not_specialize_on_alignment=["smb", "smh", "smm", "slb", "slh", "slm", "spb", "sph", "spm"])
+# Compiled once per feature set, not once per shape: sizes, window edges, the key-length, causal
+# alignment and tile-order switches, and the batch/head/row strides are runtime values, so one
+# binary serves every length and layout of a feature set (a first GPU run compiles tens of
+# variants, not hundreds). What the 16-byte loads need survives as one constexpr: STRIDE_MUL is 16
+# when every batch/head/row stride of q, k, v and o is a multiple of 16 (the launcher passes
+# stride // 16, the kernel multiplies back, and Triton's alignment analysis sees the factor), else
+# 1. Head-dim and mask-key strides keep their == 1 specialisation (contiguous rows); the other
+# strides of masks and fp32 side outputs are runtime values (no vector width rides on them);
+# EVEN_D/EVEN_DV and the blocking are constexprs; unmasked key blocks carry no key mask.
+@triton.jit(do_not_specialize=["sqb", "sqh", "sqm", "skb", "skh", "skn", "svb", "svh", "svn", "sob", "soh", "som",
+                               "HQ", "HKV", "GROUP", "M", "N", "D", "DV", "LEFT", "RIGHT", "BOTTOM_RIGHT",
+                               "HAS_KVLEN", "REVERSE_M", "KEYS_PER_SPLIT", "PART_O", "PART_L",
+                               "smb", "smh", "smm", "slb", "slh", "slm", "spb", "sph", "spm"],
+            do_not_specialize_on_alignment=["sqd", "skd", "svd", "sod", "smn"])
 def _attn_fwd_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, kvlen_ptr, cuq_ptr, cuk_ptr, mask_ptr, m_part, l_part, l32_part,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod,
     smb, smh, smm, smn, slb, slh, slm, spb, sph, spm,
-    HQ, HKV, GROUP, M, N, D, DV, qk_scale, cap_in, cap_out, LEFT, RIGHT, KEYS_PER_SPLIT, PART_O, PART_L,
+    HQ, HKV, GROUP, M, N, D, DV, qk_scale, cap_in, cap_out, LEFT, RIGHT, BOTTOM_RIGHT, HAS_KVLEN, REVERSE_M,
+    KEYS_PER_SPLIT, PART_O, PART_L,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BOTTOM_RIGHT: tl.constexpr, HAS_KVLEN: tl.constexpr,
-    VARLEN: tl.constexpr, SOFTCAP: tl.constexpr, MASK_KIND: tl.constexpr, MASK_BF16_BITS: tl.constexpr,
-    RETURN_LSE: tl.constexpr, SPLIT: tl.constexpr, PACK_GQA: tl.constexpr,
+    STRIDE_MUL: tl.constexpr, VARLEN: tl.constexpr, SOFTCAP: tl.constexpr, MASK_KIND: tl.constexpr,
+    MASK_BF16_BITS: tl.constexpr, RETURN_LSE: tl.constexpr, SPLIT: tl.constexpr, PACK_GQA: tl.constexpr,
     BF16_BITS: tl.constexpr, IS_FP32: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
-    REVERSE_M: tl.constexpr, WIDE: tl.constexpr, ROWSUM_P32: tl.constexpr,
+    WIDE: tl.constexpr, ROWSUM_P32: tl.constexpr,
 ):
+    sqb, sqh, sqm = sqb * STRIDE_MUL, sqh * STRIDE_MUL, sqm * STRIDE_MUL
+    skb, skh, skn = skb * STRIDE_MUL, skh * STRIDE_MUL, skn * STRIDE_MUL
+    svb, svh, svn = svb * STRIDE_MUL, svh * STRIDE_MUL, svn * STRIDE_MUL
+    sob, soh, som = sob * STRIDE_MUL, soh * STRIDE_MUL, som * STRIDE_MUL
     pid_m = tl.program_id(0)
-    if REVERSE_M:  # causal: the longest rows first, the cheap ones fill the tail
-        pid_m = tl.num_programs(0) - 1 - pid_m
+    # REVERSE_M (causal): the longest rows first, the cheap ones fill the tail
+    pid_m = pid_m + REVERSE_M * (tl.num_programs(0) - 1 - 2 * pid_m)
     pid_bh = tl.program_id(1)
     split = tl.program_id(2)
     if PACK_GQA:  # one program per (batch, kv head): the tile's rows run over (group head, query)
@@ -237,9 +244,9 @@ def _attn_fwd_kernel(
         m_len = (tl.load(cuq_ptr + b + 1) - tl.load(cuq_ptr + b)).to(tl.int32)
         n_len = (tl.load(cuk_ptr + b + 1) - tl.load(cuk_ptr + b)).to(tl.int32)
         b = b * 0  # packed tensors have no batch dimension
-    n_valid = n_len
-    if HAS_KVLEN:
-        n_valid = tl.minimum(tl.maximum(tl.load(kvlen_ptr + b).to(tl.int32), 0), n_len)
+    # kv_lens[b], or the launcher's one-element stand-in (index 0) when there is none
+    kv_len = tl.load(kvlen_ptr + b * HAS_KVLEN).to(tl.int32)
+    n_valid = tl.where(HAS_KVLEN != 0, tl.minimum(tl.maximum(kv_len, 0), n_len), n_len)
     rows_total = m_len
     if PACK_GQA:
         rows_total = m_len * GROUP
@@ -298,21 +305,15 @@ def _attn_fwd_kernel(
     acc = tl.zeros((BLOCK_M, BLOCK_DV), tl.float32)
 
     # Keys of the tile: [lo, hi); every row of the tile sees [full_lo, full_hi) (no key masks).
-    off = 0
-    if BOTTOM_RIGHT:  # the diagonal ends at the last key: query i is aligned with key i + n - m
-        off = n_valid - m_len
+    # BOTTOM_RIGHT: the diagonal ends at the last key (query i is aligned with key i + n - m). An
+    # absent window edge comes as M + N, past every key, so the same arithmetic gives [0, n_valid).
+    off = (n_valid - m_len) * BOTTOM_RIGHT
     lo_off = off - LEFT
     hi_off = off + RIGHT
-    lo = 0
-    hi = n_valid
-    full_lo = 0
-    full_hi = n_valid
-    if HAS_LEFT:
-        lo = tl.maximum(r0 + lo_off, 0)
-        full_lo = tl.maximum(r1 + lo_off, 0)
-    if HAS_RIGHT:
-        hi = tl.maximum(tl.minimum(n_valid, r1 + hi_off + 1), 0)
-        full_hi = tl.maximum(tl.minimum(n_valid, r0 + hi_off + 1), 0)
+    lo = tl.maximum(r0 + lo_off, 0)
+    full_lo = tl.maximum(r1 + lo_off, 0)
+    hi = tl.maximum(tl.minimum(n_valid, r1 + hi_off + 1), 0)
+    full_hi = tl.maximum(tl.minimum(n_valid, r0 + hi_off + 1), 0)
     if SPLIT:  # this program's share of the keys: whole blocks, so the blocking is unchanged
         s_lo = split * KEYS_PER_SPLIT
         lo = tl.maximum(lo, s_lo)
@@ -328,19 +329,19 @@ def _attn_fwd_kernel(
         acc, l_i, l32, m_i = _attn_block(
             acc, l_i, l32, m_i, q, k_ptrs, v_ptrs, mask_ptrs, start_n, skn, svn, smn, pos_m, row_ok, offs_n,
             n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out,
-            True, HAS_LEFT, HAS_RIGHT, SOFTCAP, MASK_KIND, MASK_BF16_BITS, EVEN_D, EVEN_DV,
+            True, SOFTCAP, MASK_KIND, MASK_BF16_BITS, EVEN_D, EVEN_DV,
             BF16_BITS, IS_FP32, ROWSUM_P32, RETURN_LSE)
     for start_n in range(e1, f2, BLOCK_N):
         acc, l_i, l32, m_i = _attn_block(
             acc, l_i, l32, m_i, q, k_ptrs, v_ptrs, mask_ptrs, start_n, skn, svn, smn, pos_m, row_ok, offs_n,
             n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out,
-            False, HAS_LEFT, HAS_RIGHT, SOFTCAP, MASK_KIND, MASK_BF16_BITS, EVEN_D, EVEN_DV,
+            False, SOFTCAP, MASK_KIND, MASK_BF16_BITS, EVEN_D, EVEN_DV,
             BF16_BITS, IS_FP32, ROWSUM_P32, RETURN_LSE)
     for start_n in range(f2, hi, BLOCK_N):
         acc, l_i, l32, m_i = _attn_block(
             acc, l_i, l32, m_i, q, k_ptrs, v_ptrs, mask_ptrs, start_n, skn, svn, smn, pos_m, row_ok, offs_n,
             n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out,
-            True, HAS_LEFT, HAS_RIGHT, SOFTCAP, MASK_KIND, MASK_BF16_BITS, EVEN_D, EVEN_DV,
+            True, SOFTCAP, MASK_KIND, MASK_BF16_BITS, EVEN_D, EVEN_DV,
             BF16_BITS, IS_FP32, ROWSUM_P32, RETURN_LSE)
 
     o_mask = row_ok[:, None] & dv_mask[None, :]
@@ -365,7 +366,8 @@ def _attn_fwd_kernel(
             tl.store(lse_ptr + lse_rows, lse, mask=row_ok)
 
 
-@triton.jit
+# Sizes and strides vary per call and feed no vector width: one binary per (BLOCK_DV, dtype, lse).
+@triton.jit(do_not_specialize=["ROWS", "DV", "SPLITS", "PART_O", "PART_L", "LSE_H", "sl_t", "sl_h"])
 def _attn_merge_kernel(
     acc_part, m_part, l_part, l32_part, o_ptr, lse_ptr, ROWS, DV, SPLITS, PART_O, PART_L, LSE_H, sl_t, sl_h,
     BLOCK_R: tl.constexpr, BLOCK_DV: tl.constexpr, RETURN_LSE: tl.constexpr, BF16_BITS: tl.constexpr,
@@ -683,6 +685,13 @@ def _wide(cfg: AttnConfig, *ts: torch.Tensor) -> bool:
     return any(span * (abs(t.stride(2)) + abs(t.stride(3))) >= 2**31 for t in ts)
 
 
+def _lead_strides(*strides: tuple[int, ...]) -> tuple[list[int], int]:
+    """The kernel's stride arguments for 4-D q, k, v and o and STRIDE_MUL: batch, head and row
+    strides through `by16` together, head-dim strides as they are."""
+    lead, mul = by16(*(s for st in strides for s in st[:3]))
+    return [x for i, st in enumerate(strides) for x in (*lead[3 * i:3 * i + 3], st[3])], mul
+
+
 def _launch(q4, k4, v4, o4, lse3, *, batch: int, m_max: int, n_max: int, cu_q, cu_k, causal, scale, kv_lens,
             window, softcap, causal_align, mask4, return_lse, num_splits, pack_gqa, block_m, block_n,
             num_warps, num_stages, rowsum_fp32) -> None:
@@ -724,9 +733,12 @@ def _launch(q4, k4, v4, o4, lse3, *, batch: int, m_max: int, n_max: int, cu_q, c
     dummy = o4
     lse_t = lse3 if lse3 is not None else dummy
     ls = lse3.stride() if lse3 is not None else (0, 0, 0)
-    kvl = kv_lens.contiguous() if kv_lens is not None else dummy
-    cq = cu_q if cu_q is not None else dummy
-    ck = cu_k if cu_k is not None else dummy
+    # int32 index tensors, one-element stand-ins when absent: the kernel's pointer types (and so
+    # its compiled variant) do not depend on them
+    none_i32 = torch.zeros(1, dtype=torch.int32, device=o4.device)
+    kvl = kv_lens.to(torch.int32).contiguous() if kv_lens is not None else none_i32
+    cq = cu_q if cu_q is not None else none_i32
+    ck = cu_k if cu_k is not None else none_i32
     if splits > 1:
         # Partial states in o's layout (fp32, unnormalised), (m, l, l32) in o's row order.
         acc_p = torch.empty((splits, *o4.shape), dtype=torch.float32, device=o4.device).as_strided(
@@ -744,14 +756,14 @@ def _launch(q4, k4, v4, o4, lse3, *, batch: int, m_max: int, n_max: int, cu_q, c
     if batch * heads > _GRID_YZ_MAX or splits > _GRID_YZ_MAX:
         raise ValueError(f"batch * heads = {batch * heads} and num_splits = {splits} must be at most "
                          f"{_GRID_YZ_MAX} (the GPU's grid limit on its second and third axes)")
+    strides, mul = _lead_strides(q4.stride(), k4.stride(), v4.stride(), os_)
+    no_edge = m_max + n_max  # past every key (see the kernel's window arithmetic)
     meta = dict(
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=cfg.block_d, BLOCK_DV=cfg.block_dv,
-        HAS_LEFT=left >= 0, HAS_RIGHT=right >= 0, BOTTOM_RIGHT=causal_align == "bottom_right",
-        HAS_KVLEN=kv_lens is not None, VARLEN=cu_q is not None, SOFTCAP=cap > 0, MASK_KIND=mask_kind,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=cfg.block_d, BLOCK_DV=cfg.block_dv, STRIDE_MUL=mul,
+        VARLEN=cu_q is not None, SOFTCAP=cap > 0, MASK_KIND=mask_kind,
         MASK_BF16_BITS=mask_kind == 2 and bf16_as_bits(mask4.dtype), RETURN_LSE=bool(return_lse),
         SPLIT=splits > 1, PACK_GQA=pack, BF16_BITS=bits, IS_FP32=dtype == torch.float32,
         EVEN_D=cfg.block_d == D, EVEN_DV=cfg.block_dv == Dv,
-        REVERSE_M=right >= 0 and not pack and splits == 1,
         WIDE=_wide(cfg, q4, k4, v4, o4, *((mask4,) if mask4 is not None else ())),
         ROWSUM_P32=bool(rowsum_fp32), num_warps=cfg.num_warps,
     )
@@ -759,8 +771,11 @@ def _launch(q4, k4, v4, o4, lse3, *, batch: int, m_max: int, n_max: int, cu_q, c
     def run(stages: int) -> None:
         _attn_fwd_kernel[grid](
             kernel_view(q4), kernel_view(k4), kernel_view(v4), out_t, lse_t, kvl, cq, ck, mk, m_p, l_p, l32_p,
-            *q4.stride(), *k4.stride(), *v4.stride(), *os_, *ms, *ls, *ps,
-            Hq, Hkv, group, m_max, n_max, D, Dv, qk_scale, cap_in, cap_out, left, right, keys_per_split,
+            *strides, *ms, *ls, *ps,
+            Hq, Hkv, group, m_max, n_max, D, Dv, qk_scale, cap_in, cap_out,
+            left if left >= 0 else no_edge, right if right >= 0 else no_edge,
+            int(causal_align == "bottom_right"), int(kv_lens is not None),
+            int(right >= 0 and not pack and splits == 1), keys_per_split,
             part_o, part_l, num_stages=stages, **meta)
 
     _with_stages_that_fit(run, (dtype, cfg, mk.dtype, tuple(sorted(meta.items()))), cfg.num_stages,

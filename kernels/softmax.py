@@ -13,7 +13,7 @@ import torch
 
 from ._runtime import on_input_device
 from ._common import (
-    DEVICE, INTERPRET, LOG2E, bf16_as_bits, check_float, check_knob, check_out, kernel_view, load_f32, store_f32, tl,
+    DEVICE, INTERPRET, LOG2E, bf16_as_bits, by16, check_float, check_knob, check_out, kernel_view, load_f32, store_f32, tl,
     triton,
 )
 
@@ -27,11 +27,16 @@ ROW_MAX_N = 32768
 _LOG2E = tl.constexpr(LOG2E)
 
 
-@triton.jit
+# One binary per block configuration, not one per shape: N and the row strides are passed through
+# `by16` (MUL = 16 when all are multiples of 16: what 16-byte loads need, seen by Triton through
+# the multiplication; else 1), column strides keep only their == 1 specialisation, row and block
+# counts none (the same for every kernel below).
+@triton.jit(do_not_specialize=["M", "N", "sxm", "sym"], do_not_specialize_on_alignment=["sxn", "syn"])
 def _softmax_row_kernel(
     x_ptr, y_ptr, M, N, sxm, sxn, sym, syn,
-    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, X_BITS: tl.constexpr, Y_BITS: tl.constexpr,
+    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, X_BITS: tl.constexpr, Y_BITS: tl.constexpr, MUL: tl.constexpr,
 ):
+    N, sxm, sym = N * MUL, sxm * MUL, sym * MUL
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
@@ -102,9 +107,10 @@ def softmax_row(
         return y
     cfg = row_config(m, n, rows_per_program=rows_per_program, num_warps=num_warps, block_n=block_n)
     xk, yk = kernel_view(x), kernel_view(y)
+    (n_, sxm, sym), mul = by16(n, x.stride(0), y.stride(0))
     _softmax_row_kernel[(triton.cdiv(m, cfg.rows),)](
-        xk, yk, m, n, x.stride(0), x.stride(1), y.stride(0), y.stride(1),
-        BLOCK_N=cfg.block_n, ROWS=cfg.rows, X_BITS=bf16_as_bits(x.dtype), Y_BITS=bf16_as_bits(y.dtype),
+        xk, yk, m, n_, sxm, x.stride(1), sym, y.stride(1),
+        BLOCK_N=cfg.block_n, ROWS=cfg.rows, X_BITS=bf16_as_bits(x.dtype), Y_BITS=bf16_as_bits(y.dtype), MUL=mul,
         num_warps=cfg.num_warps,
     )
     return y
@@ -187,11 +193,12 @@ def _normalize_span(x_row, y_row, start, N, sxn, syn, mx, s, lanes,
 # Online variant: one program per row, two passes over the row in chunks of BLOCK.
 # --------------------------------------------------------------------------------------------
 
-@triton.jit
+@triton.jit(do_not_specialize=["N", "sxm", "sym"], do_not_specialize_on_alignment=["sxn", "syn"])
 def _softmax_online_kernel(
     x_ptr, y_ptr, N, sxm, sxn, sym, syn,
-    BLOCK: tl.constexpr, LOG2B: tl.constexpr, X_BITS: tl.constexpr, Y_BITS: tl.constexpr,
+    BLOCK: tl.constexpr, LOG2B: tl.constexpr, X_BITS: tl.constexpr, Y_BITS: tl.constexpr, MUL: tl.constexpr,
 ):
+    N, sxm, sym = N * MUL, sxm * MUL, sym * MUL
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * sxm
     y_row = y_ptr + row * sym
@@ -255,10 +262,11 @@ def softmax_online(
     if x.numel() == 0:
         return y
     xk, yk = kernel_view(x), kernel_view(y)
+    (n_, sxm, sym), mul = by16(n, x.stride(0), y.stride(0))
     _softmax_online_kernel[(m,)](
-        xk, yk, n, x.stride(0), x.stride(1), y.stride(0), y.stride(1),
+        xk, yk, n_, sxm, x.stride(1), sym, y.stride(1),
         BLOCK=cfg.block, LOG2B=cfg.block.bit_length() - 1,
-        X_BITS=bf16_as_bits(x.dtype), Y_BITS=bf16_as_bits(y.dtype), num_warps=cfg.num_warps,
+        X_BITS=bf16_as_bits(x.dtype), Y_BITS=bf16_as_bits(y.dtype), MUL=mul, num_warps=cfg.num_warps,
     )
     return y
 
@@ -269,11 +277,12 @@ def softmax_online(
 # over the pairs, MB lanes wide), and a normalize pass writes the output.
 # --------------------------------------------------------------------------------------------
 
-@triton.jit
+@triton.jit(do_not_specialize=["N", "NB", "sxm"], do_not_specialize_on_alignment=["sxn"])
 def _split_stats_kernel(
     x_ptr, ws_m, ws_l, N, NB, sxm, sxn,
-    BLOCK: tl.constexpr, LOG2B: tl.constexpr, ITERS: tl.constexpr, X_BITS: tl.constexpr,
+    BLOCK: tl.constexpr, LOG2B: tl.constexpr, ITERS: tl.constexpr, X_BITS: tl.constexpr, MUL: tl.constexpr,
 ):
+    N, sxm = N * MUL, sxm * MUL
     pid = tl.program_id(0).to(tl.int64)
     row = pid // NB
     base = (pid % NB) * (BLOCK * ITERS)
@@ -293,7 +302,7 @@ def _split_stats_kernel(
     tl.store(ws_l + pid, s)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["NB"])
 def _split_merge_kernel(ws_m, ws_l, row_m, row_l, NB, MB: tl.constexpr, LOG2MB: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     lanes = tl.arange(0, MB)
@@ -310,11 +319,12 @@ def _split_merge_kernel(ws_m, ws_l, row_m, row_l, NB, MB: tl.constexpr, LOG2MB: 
     tl.store(row_l + row, s)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N", "NB", "sxm", "sym"], do_not_specialize_on_alignment=["sxn", "syn"])
 def _split_normalize_kernel(
     x_ptr, y_ptr, row_m, row_l, N, NB, sxm, sxn, sym, syn,
-    BLOCK: tl.constexpr, ITERS: tl.constexpr, X_BITS: tl.constexpr, Y_BITS: tl.constexpr,
+    BLOCK: tl.constexpr, ITERS: tl.constexpr, X_BITS: tl.constexpr, Y_BITS: tl.constexpr, MUL: tl.constexpr,
 ):
+    N, sxm, sym = N * MUL, sxm * MUL, sym * MUL
     # Last span first: the spans the stats pass read last are the likeliest to be in L2.
     pid = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)
     row = pid // NB
@@ -396,9 +406,10 @@ def softmax_split(
     stats = torch.empty((2, m), dtype=torch.float32, device=x.device)
     xk, yk = kernel_view(x), kernel_view(y)
     xb, yb = bf16_as_bits(x.dtype), bf16_as_bits(y.dtype)
+    (n_, sxm, sym), mul = by16(n, x.stride(0), y.stride(0))
     _split_stats_kernel[(m * nb,)](
-        xk, ws[0], ws[1], n, nb, x.stride(0), x.stride(1),
-        BLOCK=cfg.block, LOG2B=cfg.block.bit_length() - 1, ITERS=cfg.iters, X_BITS=xb,
+        xk, ws[0], ws[1], n_, nb, sxm, x.stride(1),
+        BLOCK=cfg.block, LOG2B=cfg.block.bit_length() - 1, ITERS=cfg.iters, X_BITS=xb, MUL=mul,
         num_warps=cfg.num_warps,
     )
     _split_merge_kernel[(m,)](
@@ -406,8 +417,8 @@ def softmax_split(
         LOG2MB=cfg.merge_block.bit_length() - 1, num_warps=cfg.merge_warps,
     )
     _split_normalize_kernel[(m * nb,)](
-        xk, yk, stats[0], stats[1], n, nb, x.stride(0), x.stride(1), y.stride(0), y.stride(1),
-        BLOCK=cfg.block, ITERS=cfg.iters, X_BITS=xb, Y_BITS=yb, num_warps=cfg.num_warps,
+        xk, yk, stats[0], stats[1], n_, nb, sxm, x.stride(1), sym, y.stride(1),
+        BLOCK=cfg.block, ITERS=cfg.iters, X_BITS=xb, Y_BITS=yb, MUL=mul, num_warps=cfg.num_warps,
     )
     return y
 

@@ -11,7 +11,7 @@ kernel's own bound for the verdict.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,7 @@ import torch
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.oracles.attention import AttentionOracle, attention_oracle, compare_attention, effective_scale
 from flashcheck.oracles.formats import Format, to_float64, ulp_of
-from flashcheck.strategies.attention import CLASSES, case_inputs
+from flashcheck.strategies.attention import CLASSES, case_inputs, is_varlen, varlen_inputs
 from flashcheck.strategies.case import Case
 
 from ._stats import Measurement
@@ -55,13 +55,8 @@ def blocking(spec: KernelSpec, head_dim: int, n: int, dtype: torch.dtype,
     return bn, nb + (splits if splits > 1 else 0)
 
 
-# Packed varlen cases need the per-sequence oracle and the varlen entry point; the report's dense
-# path would hand the oracle cu_seqlens/max_seqlen (it crashed there). The suite checks varlen.
-_NOT_REPORTED = ("varlen_batches",)
-
-
 def class_names() -> list[str]:
-    return [c for c in CLASSES if c not in _NOT_REPORTED]
+    return list(CLASSES)
 
 
 @dataclass
@@ -71,40 +66,75 @@ class Prepared:
     v: torch.Tensor
     kw: dict[str, Any]
     fmt: Format
-    oracle: AttentionOracle
-    scale: np.ndarray  # the worst-case-blocking bound per element (NaN where it is 0: exact specials)
+    oracle: AttentionOracle | None
+    scale: np.ndarray | None  # the worst-case-blocking bound per element (NaN where it is 0: exact specials)
+    keys: int = 0  # key length the kernel's blocking is sized for (a varlen launch: the longest sequence)
+    # A packed varlen case: (args, kwargs) of the one varlen call, then one dense part per sequence
+    # (q, k, v of shape (1, H, len, D), oracle, bound) with the slices of the packed output it owns.
+    varlen: tuple[tuple, dict] | None = None
+    parts: list[tuple[slice, "Prepared"]] = field(default_factory=list)
 
 
-def prepare(case: Case, fmt: Format) -> Prepared:
+def _dense(q, k, v, kw, fmt: Format, keys: int = 0) -> Prepared:
     from flashcheck.oracles.bounds import attention_error_bound
 
-    q, k, v, kw = case_inputs(case)
     orc = attention_oracle(q, k, v, **kw)
     n = max(k.shape[2], 1)
     worst = attention_error_bound(orc, block_n=n, n_blocks=n)
-    return Prepared(q, k, v, kw, fmt, orc, np.where(worst > 0, worst, np.nan))
+    return Prepared(q, k, v, kw, fmt, orc, np.where(worst > 0, worst, np.nan), keys or k.shape[2])
+
+
+def prepare(case: Case, fmt: Format) -> Prepared:
+    if not is_varlen(case):
+        q, k, v, kw = case_inputs(case)
+        return _dense(q, k, v, kw, fmt)
+    # Judged sequence by sequence, as the suite does: each sequence's own oracle, the launch's
+    # blocking (sized for max_seqlen_k).
+    args, kw = varlen_inputs(case)
+    q, k, v, cu_q, cu_k = args
+    dense_kw = {n: x for n, x in kw.items() if n not in ("max_seqlen_q", "max_seqlen_k")}
+    cq, ck = cu_q.tolist(), cu_k.tolist()
+    parts = []
+    for b in range(len(cq) - 1):
+        sq, sk = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
+        qb, kb, vb = (x.transpose(0, 1)[None] for x in (q[sq], k[sk], v[sk]))
+        parts.append((sq, _dense(qb, kb, vb, dense_kw, fmt, keys=max(int(kw["max_seqlen_k"]), kb.shape[2]))))
+    return Prepared(q, k, v, kw, fmt, None, None, varlen=(args, kw), parts=parts)
 
 
 def supports(spec: KernelSpec, p: Prepared) -> bool:
     """Only what the kernel declares it takes (undeclared means taken: a refusal then fails)."""
+    if p.varlen is not None:  # one call for every sequence: each must be one the kernel takes
+        return spec.varlen_fn is not None and spec.has("varlen") and all(supports(spec, d) for _, d in p.parts)
     M, N, D = p.q.shape[2], p.k.shape[2], p.q.shape[3]
+    if p.keys != N:  # a varlen sequence: sized by the launch (an empty one is part of the batch)
+        N = max(N, 1)
     return (spec.supports(p.q.dtype, N) and spec.supports_head_dim(D)
             and (spec.causal or not p.kw.get("causal")) and (spec.kv_lens or p.kw.get("kv_lens") is None)
             and (spec.custom_scale or p.kw.get("scale") is None) and (not spec.square_only or M == N))
 
 
 def call(spec: KernelSpec, p: Prepared) -> torch.Tensor:
-    q, k, v = ((t.contiguous() for t in (p.q, p.k, p.v)) if spec.contiguous_only else (p.q, p.k, p.v))
-    out = spec.fn(q, k, v, **p.kw)
-    if not isinstance(out, torch.Tensor) or out.shape != p.q.shape[:3] + p.v.shape[3:] or out.dtype != p.q.dtype:
+    if p.varlen is not None:
+        args, kw = p.varlen
+        out, want = spec.varlen_fn(*args, **kw), p.q.shape[:2] + p.v.shape[2:]
+    else:
+        q, k, v = ((t.contiguous() for t in (p.q, p.k, p.v)) if spec.contiguous_only else (p.q, p.k, p.v))
+        out, want = spec.fn(q, k, v, **p.kw), p.q.shape[:3] + p.v.shape[3:]
+    if not isinstance(out, torch.Tensor) or out.shape != want or out.dtype != p.q.dtype:
         raise TypeError(f"returned {type(out).__name__} {getattr(out, 'dtype', '')} "
-                        f"{tuple(getattr(out, 'shape', ()))}, expected {p.q.dtype} {tuple(p.q.shape)}")
+                        f"{tuple(getattr(out, 'shape', ()))}, expected {p.q.dtype} {tuple(want)}")
     return out
 
 
 def measure(spec: KernelSpec, p: Prepared, out: torch.Tensor) -> Measurement:
+    if p.varlen is not None:
+        ms = [measure(spec, d, out[sq].transpose(0, 1)[None]) for sq, d in p.parts]
+        return Measurement(**{f.name: np.concatenate([getattr(m, f.name) for m in ms]) for f in fields(Measurement)
+                              if f.name != "features"},
+                           features={n: np.concatenate([m.features[n] for m in ms]) for n in FEATURES})
     orc = p.oracle
-    bn, nb = blocking(spec, p.q.shape[-1], p.k.shape[2], p.q.dtype, p.kw)
+    bn, nb = blocking(spec, p.q.shape[-1], p.keys, p.q.dtype, p.kw)
     c = compare_attention(out, orc, block_n=bn, n_blocks=nb)
     y, r = c.actual, c.oracle
     mism = mismatch_of(y, r)

@@ -337,13 +337,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", nargs=2, metavar=("A", "B"), help="two kernels side by side on the same inputs")
     p.add_argument("--out", type=Path, default=None, help="output folder (default ./flashcheck-report)")
     p.add_argument("--examples", type=int, default=None,
-                   help="inputs per dtype and class (default 2 on CPU, 20 on GPU)")
+                   help="inputs per dtype and class (default $FLASHCHECK_REPORT_EXAMPLES, else 2 on CPU, 20 on GPU)")
     p.add_argument("--dtypes", type=lambda v: [x.strip() for x in v.split(",") if x.strip()], default=None,
                    metavar="LIST", help="only these output dtypes, e.g. fp16,bf16 (default: all a kernel takes)")
     p.add_argument("--classes", type=lambda v: [x.strip() for x in v.split(",") if x.strip()], default=None,
                    metavar="LIST", help="only these adversarial classes (comma-separated names)")
     p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
-                   help="stop after this many seconds (every class gets at least one input, and the same count +-1)")
+                   help="stop after this many seconds (every class gets at least one input, and the same count +-1; "
+                        "default $FLASHCHECK_REPORT_BUDGET, else none)")
     p.add_argument("--no-fail", action="store_true", help="exit 0 even when a kernel fails")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--no-baselines", action="store_true", help="skip torch.softmax and SDPA")
@@ -366,6 +367,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return int(kill_matrix.main([a for a in argv if a != "--kill-matrix"]) or 0)
     args = parser().parse_args(argv)
+    # Defaults a CI job can shorten without changing the command line (the README's commands run
+    # as written in tests/test_report.py): an explicit option wins.
+    for name, env in (("examples", "FLASHCHECK_REPORT_EXAMPLES"), ("budget", "FLASHCHECK_REPORT_BUDGET")):
+        raw = os.environ.get(env, "").strip()
+        if getattr(args, name) is None and raw:
+            try:
+                setattr(args, name, (int if name == "examples" else float)(raw))
+            except ValueError:
+                return _error(f"{env}={raw!r}: expected a positive {'integer' if name == 'examples' else 'number'}")
     if args.examples is not None and args.examples < 1:
         return _error(f"--examples {args.examples}: expected a positive integer")
     if args.budget is not None and not args.budget > 0:

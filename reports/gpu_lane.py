@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from flashcheck import HOME
+from flashcheck.phases import PHASES, summarize
 
 
 def kernels_digest() -> str:
@@ -56,9 +57,9 @@ def suite_files() -> list[str]:
 def run_suite(out: Path, files: list[str], budget: float, workers: str, resume: list[Path] | None = None) -> dict:
     log = out / "results.jsonl"
     cmd = [sys.executable, "-m", "pytest", "-n", workers, "--hypothesis-profile", "gpu", "-p", "flashcheck.results_log",
-           "--results-log", str(log), "-q", "-rfE", "--tb=line", *files]
-    if resume:  # what earlier parts left: never run, killed at their budget, or failed (run again)
-        before = tally(*resume)
+           "-p", "flashcheck.phases", "--results-log", str(log), "-q", "-rfE", "--tb=line", *files]
+    before = tally(*resume) if resume else None
+    if before and before["collected"]:  # what earlier parts left: never run, killed, or failed (run again)
         ids = out / "run-ids.txt"
         ids.write_text("\n".join(sorted(set(before["not_run"]) | {n for n, _ in before["failures"]})) + "\n")
         cmd += ["--run-ids", str(ids)]
@@ -106,6 +107,7 @@ def tally(*logs: Path) -> dict:
         tests.update(this)
     counts = {k: sum(1 for r in tests.values() if r["outcome"] == k) for k in ("passed", "failed", "skipped", "error")}
     return {"collected": len(collected), **counts, "not_run": sorted(collected - set(tests)), "done": sorted(tests),
+            "phases": summarize(tests.values()),
             "failures": sorted((r["nodeid"], r["message"]) for r in tests.values() if r["outcome"] in ("failed", "error")),
             "slowest": sorted(((r["duration"], r["nodeid"]) for r in tests.values()), reverse=True)[:20]}
 
@@ -192,6 +194,8 @@ def write_record(out: Path, rec: dict) -> Path:
             lines += ["Failures:", ""] + [f"- `{n}`: {m}" for n, m in s["failures"][:60]] + [""]
         if s["not_run"]:
             lines += [f"Not run ({len(s['not_run'])}): " + ", ".join(f"`{n}`" for n in s["not_run"][:20]), ""]
+        if s.get("phases"):
+            lines += phase_table(s["phases"])
         lines += ["Slowest 20 tests:", "", "| s | test |", "|---|---|"]
         lines += [f"| {d:.1f} | `{n}` |" for d, n in s["slowest"]] + [""]
     if w:
@@ -213,6 +217,18 @@ def write_record(out: Path, rec: dict) -> Path:
     os.replace(tmp, path)
     (out / "gpu_run.json").write_text(json.dumps(rec, indent=1))
     return path
+
+
+def phase_table(per_file: dict[str, dict[str, float]]) -> list[str]:
+    """Worker-seconds per test file and phase (`flashcheck.phases`), largest file first."""
+    rows = sorted(per_file.items(), key=lambda kv: -sum(kv[1].get(p, 0.0) for p in PHASES))
+    total = {k: sum(r.get(k, 0.0) for _, r in rows) for k in (*PHASES, "compiled", "tests")}
+    fmt = lambda r: " | ".join(f"{r.get(p, 0.0):.0f}" for p in PHASES)  # noqa: E731
+    return (["Where the time went (worker-seconds of the tests' call phase; `compile` is Triton building "
+             "binaries, `rest` is drawing, shrinking, comparing and synchronising):", "",
+             "| file | tests | " + " | ".join(PHASES) + " | binaries |", "|---|---|" + "---|" * (len(PHASES) + 1)]
+            + [f"| `{f}` | {r.get('tests', 0):.0f} | {fmt(r)} | {r.get('compiled', 0):.0f} |" for f, r in rows]
+            + [f"| all | {total['tests']:.0f} | {fmt(total)} | {total['compiled']:.0f} |", ""])
 
 
 def merge(dirs: list[Path]) -> dict:

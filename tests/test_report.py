@@ -138,3 +138,33 @@ def test_compare_and_budget(tmp_path: Path, kernels_file: Path) -> None:
     assert data["environment"]["budget_hit"] and data["environment"]["inputs_done"] == 2  # one per class
     assert {v["kernel"]: v["status"] for v in data["verdicts"]} == {"report_kernels.all_nan": "FAIL",
                                                                      "softmax_row": "PASS"}
+
+
+def _readme_report_command() -> str:
+    """The README's first command, after its install step (CI installs the same way)."""
+    for line in (ROOT / "README.md").read_text().splitlines():
+        if "python -m flashcheck.reports" in line:
+            return line.split("#", 1)[0].split("&&")[-1].strip()
+    raise AssertionError("README.md no longer shows `python -m flashcheck.reports`")
+
+
+@pytest.mark.slow
+def test_readme_first_command_as_written(tmp_path: Path) -> None:
+    """`python -m flashcheck.reports` with no flags, every family, kernel, dtype and class (varlen
+    included), shortened only by FLASHCHECK_REPORT_EXAMPLES/BUDGET: it broke unseen once."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    cmd = _readme_report_command()
+    assert shlex.split(cmd) == ["python", "-m", "flashcheck.reports"], cmd
+    env = dict(os.environ, FLASHCHECK_REPORT_EXAMPLES="2")
+    res = subprocess.run([sys.executable, *shlex.split(cmd)[1:]], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=1200)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    data, md = _report(tmp_path / "flashcheck-report")
+    measured = {(r["family"], r["strategy"]) for r in data["rows"] if r["outputs"]}
+    for family, cls in (("attention", "varlen_batches"), ("softmax", "benign")):
+        assert (family, cls) in measured, f"{family} {cls} measured by no kernel"
+    assert not [r for r in data["rows"] if r["errors"] and not r["baseline"]], md[-2000:]
