@@ -228,6 +228,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 # The oracles' float64 matrix products are small: one BLAS thread per xdist worker beats a pool
 # per worker fighting over the same cores. Set before NumPy loads its BLAS (the plugin is
-# imported before any test module).
+# imported before any test module). torch's CPU work (building inputs, copies, float64 views)
+# likewise: by default every worker starts a pool as wide as the machine, and 16 workers x 16
+# threads on 16 cores spent most of a GPU run's softmax time waiting on each other.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    _share = max(1, (os.cpu_count() or 1) // max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)))
+    os.environ.setdefault("OMP_NUM_THREADS", str(_share))
+    import torch as _torch
+
+    _torch.set_num_threads(_share)

@@ -85,14 +85,20 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if not decisive:
         return
     outcome = report.outcome if not (report.when != "call" and report.failed) else "error"
-    msg = ""
+    msg, detail = "", ""
     if report.failed:
-        msg = (getattr(report, "longreprtext", "") or "").strip().splitlines()[-1:] or [""]
-        msg = msg[0][:500]
+        # pytest's one-line crash summary ("AssertionError: ..."), not the traceback's last line
+        # (often Hypothesis's reproduce_failure hint); the traceback's tail rides along
+        crash = getattr(getattr(report, "longrepr", None), "reprcrash", None)
+        text = (getattr(report, "longreprtext", "") or "").strip()
+        msg = (getattr(crash, "message", "") or (text.splitlines() or [""])[-1]).strip()[:500]
+        detail = text[-4000:]
     elif report.skipped and isinstance(report.longrepr, tuple):
         msg = str(report.longrepr[2])[:300]
     record = {"event": "test", "nodeid": report.nodeid, "outcome": outcome, "when": report.when,
               "duration": round(report.duration, 3), "worker": _worker(report), "message": msg, "time": time.time()}
+    if detail:
+        record["detail"] = detail
     phases = phases_of(report)
     if phases:  # `-p flashcheck.phases`: where the test's time went
         record["phases"] = phases
