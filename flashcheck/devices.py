@@ -15,6 +15,7 @@ moves the default device instead.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import re
@@ -127,3 +128,32 @@ def assign_worker_gpu(environ: MutableMapping[str, str] | None = None,
     env[VISIBLE] = ",".join(order)
     env[ASSIGNED] = order[0]
     return order[0]
+
+
+@contextlib.contextmanager
+def exclusive_memory(what: str = "a test"):
+    """Hold this GPU's large-allocation gate while `what` runs: one holder at a time across every
+    process on the machine (xdist workers and the pytest runs they start), so tests that each
+    allocate a large share of the GPU (inputs past 2^31 elements: 8 GB and more) run one after
+    another instead of exhausting it together; on leaving, this process's cached blocks go back
+    to the GPU. A file lock (fcntl), released by the kernel if the holder dies."""
+    import fcntl
+    import gc
+    import tempfile
+
+    import torch
+
+    dev = torch.cuda.current_device() if torch.cuda.is_available() else -1
+    ids = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+    name = ids[dev] if 0 <= dev < len(ids) and ids[dev].strip() else str(dev)
+    path = os.path.join(tempfile.gettempdir(), f"flashcheck-gpu-{re.sub(r'[^0-9A-Za-z-]', '_', name)}-memory.lock")
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
+            fcntl.flock(fh, fcntl.LOCK_UN)

@@ -217,3 +217,22 @@ def test_gpu_workflow_shards_over_its_matrix() -> None:
                          if str(s.get("uses", "")).startswith("actions/upload-artifact"))
     for artefact in ("junit", "tests/regressions", "reports/out"):
         assert artefact in uploaded, artefact
+
+
+def test_exclusive_memory_admits_one_process_at_a_time(tmp_path) -> None:
+    """The large-allocation gate is machine-wide: a second process waits until the first leaves."""
+    import subprocess
+    import sys
+    import time
+
+    from flashcheck.devices import exclusive_memory
+
+    code = ("import time; from flashcheck.devices import exclusive_memory\n"
+            "with exclusive_memory('child'):\n    print(time.time(), flush=True)\n")
+    with exclusive_memory("parent"):
+        child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        time.sleep(2.0)
+        assert child.poll() is None, "the child entered while the parent held the gate"
+        left = time.time()
+    out, _ = child.communicate(timeout=60)
+    assert child.returncode == 0 and float(out.split()[0]) >= left

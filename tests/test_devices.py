@@ -128,3 +128,4 @@ def test_same_bits_on_a_side_stream(kernel: KernelSpec, dtype: torch.dtype) -> N
         return out
 
     _check(kernel, dtype, run, "on a non-default stream")
+

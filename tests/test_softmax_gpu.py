@@ -12,10 +12,19 @@ import numpy as np
 import pytest
 import torch
 
-from flashcheck import kernels
+from flashcheck import devices, kernels
 from flashcheck.kernels.registry import KernelSpec, get, kernels as registered
 from flashcheck.oracles.compare import compare_softmax
 from flashcheck.oracles.formats import format_of, to_float64
+
+
+@pytest.fixture
+def big_memory(request: pytest.FixtureRequest):
+    """Tests of several GB each take turns on the GPU (`devices.exclusive_memory`): many at once,
+    from parallel workers and the zoo's nested runs, ran it out of memory."""
+    with devices.exclusive_memory(request.node.nodeid):
+        yield
+
 
 pytestmark = pytest.mark.skipif(kernels.INTERPRET, reason="GPU only: rows of 1M-64M elements and "
                                 "tensors over 2^31 elements are out of reach of the Triton interpreter")
@@ -93,7 +102,7 @@ N64M = 1 << 26
     (torch.float16, torch.float32, "softmax"), (torch.bfloat16, torch.bfloat16, "softmax"),
     (torch.float32, torch.float32, "softmax"), (torch.float32, torch.float32, "softmax_split"),
 ], ids=str)
-def test_single_row_of_64m_dense(dtype: torch.dtype, out_dtype: torch.dtype, name: str) -> None:
+def test_single_row_of_64m_dense(dtype: torch.dtype, out_dtype: torch.dtype, name: str, big_memory: None) -> None:
     from flashcheck.oracles.bounds import ftz_allowed, softmax_ulp_bound
     from flashcheck.oracles.formats import ulp_distance
     from flashcheck.oracles.softmax import softmax_oracle
@@ -120,7 +129,7 @@ def test_single_row_of_64m_dense(dtype: torch.dtype, out_dtype: torch.dtype, nam
 
 @pytest.mark.parametrize("dtype,name", [(torch.float16, "softmax"), (torch.bfloat16, "softmax_split"),
                                         (torch.float32, "softmax")], ids=str)
-def test_single_row_of_64m_sparse(dtype: torch.dtype, name: str) -> None:
+def test_single_row_of_64m_sparse(dtype: torch.dtype, name: str, big_memory: None) -> None:
     from flashcheck.oracles.bounds import ftz_allowed, softmax_ulp_bound
     from flashcheck.oracles.formats import ulp_distance
     from flashcheck.oracles.softmax import softmax_oracle
@@ -151,7 +160,7 @@ def test_single_row_of_64m_sparse(dtype: torch.dtype, name: str) -> None:
     print(f"{name} {dtype} 1x64M sparse: max ulps {dist.max():g}")
 
 
-def test_more_than_2_31_elements() -> None:
+def test_more_than_2_31_elements(big_memory: None) -> None:
     """fp16 (65537, 32768): M*N = 2^31 + 32768 elements, 4.3 GB in, 4.3 GB out. Rows around the
     2^31 element boundary and at the end are checked against the oracle for every variant."""
     m, n = (1 << 16) + 1, 1 << 15
@@ -170,7 +179,7 @@ def test_more_than_2_31_elements() -> None:
         _check(name, x, y, rows)
 
 
-def test_past_2_31_elements(spec: KernelSpec) -> None:
+def test_past_2_31_elements(spec: KernelSpec, big_memory: None) -> None:
     """Any kernel under test (registered or --kernel) on fp16 (2^21 + 2, 1024): 2^31 + 2048
     elements; the rows on both sides of the 2^31-element boundary and the last one against the
     oracle (the zoo's int32_offsets is caught here)."""
@@ -183,7 +192,7 @@ def test_past_2_31_elements(spec: KernelSpec) -> None:
     _check(spec, x, y, np.array([0, (1 << 21) - 1, 1 << 21, m - 1]))
 
 
-def test_strides_past_2_31() -> None:
+def test_strides_past_2_31(big_memory: None) -> None:
     """A transposed view whose column stride times N passes 2^31 elements."""
     n, m = 1 << 16, (1 << 15) + 8
     torch.manual_seed(4)
