@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -65,11 +66,19 @@ def run_suite(out: Path, files: list[str], budget: float, workers: str, resume: 
         cmd += ["--run-ids", str(ids)]
     t0 = time.time()
     with open(out / "pytest.log", "w") as fh:
+        # Its own process group: at the budget the xdist workers and the pytest runs they started
+        # go too (left running, they held GPU memory through the sanitizer sweep that follows).
+        proc = subprocess.Popen(cmd, cwd=HOME, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            proc = subprocess.run(cmd, cwd=HOME, stdout=fh, stderr=subprocess.STDOUT, timeout=budget)
-            rc = proc.returncode
+            rc = proc.wait(timeout=budget)
         except subprocess.TimeoutExpired:
             rc = "killed at the budget"
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
     wall = time.time() - t0
     rec = {"command": "pytest " + " ".join(cmd[3:]), "rc": rc, "wall_s": round(wall, 1), **tally(*(resume or []), log)}
     if resume:  # each part's record already adds up the parts before it
