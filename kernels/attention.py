@@ -423,16 +423,21 @@ class AttnConfig:
 # GPU table keyed on (dtype, padded head dim): (BLOCK_M, BLOCK_N, num_warps, num_stages), from
 # sweeps on an H200 (reports/bench_attention.py --sweep, S = 4096; TFLOP/s non-causal/causal):
 # fp16 D64 (128, 64, 8, 3) 356/318; fp16 D128 (128, 128, 8, 3) 432/376; bf16 D64 (64, 64, 4, 3)
-# 321/277 (the (128, 64, 8, 3) tile: 299/255); bf16 D128 (128, 128, 8, 3) 378/333. D <= 32 and
-# D = 256 were not swept. With Dv != D the larger of the two picks the row.
+# 321/277 (the (128, 64, 8, 3) tile: 299/255); bf16 D128 (128, 128, 8, 3) 378/333. D <= 32 was
+# not swept. With Dv != D the larger of the two picks the row.
+# D = 256, on an H100 (B2 H16, non-causal; ptxas spills in 4-byte words): fp16 (128, 64, 8, 2)
+# 1.64 ms, 290 spills, against (64, 64, 4, 2) 2.79 ms, 674; bf16 1.72 against 2.83 ms. fp32
+# (32, 16, 8, 1) 5.8 ms, no spills, against (32, 16, 4, 1) 20.6 ms: ptxas gave that tile 32
+# registers and 2046 spilled words, about 1.7 GB of local memory reserved per launching process,
+# enough for a dozen processes side by side to run the GPU out of memory at launch.
 _GPU_TABLE = {
     torch.float16: {16: (128, 64, 8, 3), 32: (128, 64, 8, 3), 64: (128, 64, 8, 3), 128: (128, 128, 8, 3),
-                    256: (64, 64, 4, 2)},
+                    256: (128, 64, 8, 2)},
     torch.bfloat16: {16: (64, 64, 4, 3), 32: (64, 64, 4, 3), 64: (64, 64, 4, 3), 128: (128, 128, 8, 3),
-                     256: (64, 64, 4, 2)},
+                     256: (128, 64, 8, 2)},
     # fp32 ieee dots run on the CUDA cores: small tiles
     torch.float32: {16: (64, 32, 4, 2), 32: (64, 32, 4, 2), 64: (64, 32, 4, 2), 128: (32, 32, 4, 2),
-                    256: (32, 16, 4, 1)},
+                    256: (32, 16, 8, 1)},
 }
 _INTERPRET_BLOCK = 32  # the interpreter's cost is per operation: few, large blocks
 _INTERPRET_LONG = (1024, 128)  # from this many keys on, 128-key blocks (the long-row cases stay cheap)

@@ -121,5 +121,8 @@ def test_the_default_suite_catches_it(name: str) -> None:
     if ZOO[name].gpu_only and kernels.INTERPRET:
         pytest.skip(f"GPU only: {ZOO[name].gpu_only}")
     r = run_zoo_kernel(ZOO[name], shrink=False, save_fixtures=False)
-    assert r["caught"], (f"zoo kernel {name} ({r['bug_class']}) SURVIVED the ci suite (exit {r['returncode']}): "
-                         f"a strategy or property is missing.\n{r.get('output_tail') or ''}")
+    crashed = r["returncode"] == 1 and r["all_failures"]
+    assert r["caught"], (f"zoo kernel {name} ({r['bug_class']}) " + (
+        f"CRASHED before the suite caught it (a crash is not a catch): {r['first_message']}" if crashed else
+        f"SURVIVED the ci suite (exit {r['returncode']}): a strategy or property is missing.")
+        + f"\n{r.get('output_tail') or ''}")

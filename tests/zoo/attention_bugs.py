@@ -99,8 +99,9 @@ def _attention(q, k, v, *, causal=False, scale=None, kv_lens=None, bug: int = NO
 def _run(q, k, v, o, M: int, N: int, *, causal, scale, kv_lens=None, bug: int = NONE) -> None:
     """One launch on (B, H, seq, D) views: queries [0, M), keys [0, N) of them."""
     B, H, _, D = q.shape
-    block = 32 if INTERPRET else 64
     block_d = max(16, triton.next_power_of_2(D))
+    # 64-row tiles of a 256-wide head need 320-344 KB of shared memory: past any GPU's limit
+    block = 32 if INTERPRET or block_d > 128 else 64
     if bug == HEAD_DIM_CUT:
         block_d = min(block_d, CUT_BLOCK_D)
     qk_scale = float(np.float32(np.float32(effective_scale(scale, D)) * np.float32(LOG2E)))
