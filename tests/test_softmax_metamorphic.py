@@ -117,16 +117,16 @@ def test_permutation_equivariance(spec: KernelSpec, dtype: torch.dtype, data: st
     check(spec, "permutation_equivariant", case)
 
 
+# One test per relation, so the launch variants each compiles spread over xdist's workers.
+@pytest.mark.parametrize("relation", ("deterministic", "configs_identical", "tunings_within_bound"))
 @given(data=st.data())
-def test_configs_and_determinism(spec: KernelSpec, dtype: torch.dtype, data: st.DataObject) -> None:
+def test_configs_and_determinism(spec: KernelSpec, dtype: torch.dtype, relation: str, data: st.DataObject) -> None:
     # Launch knobs (tiles, chunk sizes) only matter on rows that span several tiles: the first
     # (simplest) draws are rows at the run's longest length, the rest any adversarial case.
     fmt, max_n, strided = format_of(dtype), meta_max_n(spec), not spec.contiguous_only
     long_rows = declared_size_rows(fmt=fmt, sizes=(max_n,), min_n=spec.min_n, max_n=max_n, strided=strided)
     case = data.draw(st.one_of(long_rows, softmax_cases(fmt=fmt, max_n=max_n, strided=strided)), label="case")
-    check(spec, "deterministic", case)
-    check(spec, "configs_identical", case)
-    check(spec, "tunings_within_bound", case)
+    check(spec, relation, case)
 
 
 @given(data=st.data())

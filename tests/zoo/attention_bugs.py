@@ -29,7 +29,8 @@ NONE, NAN_KV, HEAD_DIM_CUT, CAUSAL_OFF_BY_ONE, KV_LENS_IGNORED, RESCALE_NAN, FP1
 CUT_BLOCK_D = 64  # the block the head dim gets cut to (Triton #621: D = 80 with a 64 block)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["sqb", "sqh", "sqm", "skb", "skh", "skn", "svb", "svh", "svn", "sob", "soh", "som",
+                              "H", "M", "N"])
 def _attn_kernel(q_ptr, k_ptr, v_ptr, o_ptr, kvlen_ptr,
                  sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod,
                  H, M, N, D, qk_scale,

@@ -41,6 +41,10 @@ RESCALE_NAN, STICKY, NO_RESCALE, FP16_SUM, TAIL = 11, 12, 13, 14, 15
 READ_PAST, WRITE_PAST = 16, 17
 MERGE_NAN = 21
 
+# Sizes and row strides are not specialised (do_not_specialize): on a GPU the suite run against one
+# zoo kernel draws hundreds of lengths, and a binary per length (a second each) made a single
+# catch take longer than the 15-minute run limit. The bugs do not depend on specialisation.
+
 
 def _validate(x: torch.Tensor) -> None:
     check_float("x", x)
@@ -52,7 +56,7 @@ def _validate(x: torch.Tensor) -> None:
 # Row kernel
 # --------------------------------------------------------------------------------------------
 
-@triton.jit
+@triton.jit(do_not_specialize=["N", "sxm", "sym"])
 def _row_kernel(x_ptr, y_ptr, N, sxm, sxn, sym, syn,
                 BLOCK_N: tl.constexpr, X_BITS: tl.constexpr, Y_BITS: tl.constexpr, BUG: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
@@ -108,7 +112,7 @@ def _row(x: torch.Tensor, bug: int) -> torch.Tensor:
 # Online (streaming) kernel
 # --------------------------------------------------------------------------------------------
 
-@triton.jit
+@triton.jit(do_not_specialize=["N", "sxm", "sym"])
 def _online_kernel(x_ptr, y_ptr, N, sxm, sxn, sym, syn,
                    BLOCK: tl.constexpr, X_BITS: tl.constexpr, Y_BITS: tl.constexpr, BUG: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
@@ -163,7 +167,7 @@ def _online(x: torch.Tensor, bug: int, block: int = 256) -> torch.Tensor:
 # Split-row kernel
 # --------------------------------------------------------------------------------------------
 
-@triton.jit
+@triton.jit(do_not_specialize=["N", "NB", "sxm"])
 def _split_stats_kernel(x_ptr, ws_m, ws_l, N, NB, sxm, sxn, SPAN: tl.constexpr, X_BITS: tl.constexpr):
     pid = tl.program_id(0).to(tl.int64)
     row = pid // NB
@@ -175,7 +179,7 @@ def _split_stats_kernel(x_ptr, ws_m, ws_l, N, NB, sxm, sxn, SPAN: tl.constexpr, 
     tl.store(ws_l + pid, tl.sum(tl.exp2((x - ref) * _LOG2E), axis=0))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["NB"])
 def _split_merge_kernel(ws_m, ws_l, row_m, row_l, NB, BUG: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     m = tl.max(tl.full([2], float("-inf"), tl.float32), axis=0)  # the empty state (-inf, 0)
@@ -194,7 +198,7 @@ def _split_merge_kernel(ws_m, ws_l, row_m, row_l, NB, BUG: tl.constexpr):
     tl.store(row_l + row, l)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N", "NB", "sxm", "sym"])
 def _split_normalize_kernel(x_ptr, y_ptr, row_m, row_l, N, NB, sxm, sxn, sym, syn,
                             SPAN: tl.constexpr, X_BITS: tl.constexpr, Y_BITS: tl.constexpr):
     pid = tl.program_id(0).to(tl.int64)
@@ -227,7 +231,7 @@ def _split(x: torch.Tensor, bug: int, span: int = 256) -> torch.Tensor:
 # Launch-configuration dependence, and an `out=` whose strides are ignored
 # --------------------------------------------------------------------------------------------
 
-@triton.jit
+@triton.jit(do_not_specialize=["N", "sxm", "sym"])
 def _chunked_sum_kernel(x_ptr, y_ptr, N, sxm, sxn, sym, syn,
                         CHUNK: tl.constexpr, X_BITS: tl.constexpr, Y_BITS: tl.constexpr):
     """Three passes: the max, the sum in CHUNK per-lane accumulators (lane j adds columns j,
