@@ -66,14 +66,20 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
     if not config.stash.get(_KEY, None) or config.stash.get(_COLLECTED, False):
         return
     config.stash[_COLLECTED] = True
-    _write(config, {"event": "collected", "count": len(ids), "ids": ids})
+    _write(config, {"event": "collected", "count": len(ids), "ids": ids, "full": _full(config)})
+
+
+def _full(config: pytest.Config) -> bool:
+    """Whether a run's collection is the whole suite (no --run-ids subset): a resumed part's is not,
+    so it cannot tell which tests were renamed or added since the first part."""
+    return not config.getoption("--run-ids", None)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     if hasattr(session.config, "workerinput") or getattr(session.config.option, "numprocesses", None):
         return  # under xdist the controller hears the workers' collections instead
     _write(session.config, {"event": "collected", "count": len(session.items),
-                            "ids": [i.nodeid for i in session.items]})
+                            "ids": [i.nodeid for i in session.items], "full": _full(session.config)})
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

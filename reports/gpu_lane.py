@@ -60,9 +60,15 @@ def run_suite(out: Path, files: list[str], budget: float, workers: str, resume: 
     cmd = [sys.executable, "-m", "pytest", "-n", workers, "--hypothesis-profile", "gpu", "-p", "flashcheck.results_log",
            "-p", "flashcheck.phases", "--results-log", str(log), "-q", "-rfE", "--tb=line", *files]
     before = tally(*resume) if resume else None
-    if before and before["collected"]:  # what earlier parts left: never run, killed, or failed (run again)
+    if before and before["collected"]:
+        # Against the suite as it is now, not as the first part collected it: tests added or
+        # renamed since (a test split in two) run; what earlier parts passed or skipped does not.
+        now = collect(files)
+        with open(log, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"event": "collected", "count": len(now), "ids": now, "full": True}) + "\n")
+        settled = set(before["done"]) - {n for n, _ in before["failures"]}
         ids = out / "run-ids.txt"
-        ids.write_text("\n".join(sorted(set(before["not_run"]) | {n for n, _ in before["failures"]})) + "\n")
+        ids.write_text("\n".join(n for n in now if n not in settled) + "\n")
         cmd += ["--run-ids", str(ids)]
     t0 = time.time()
     with open(out / "pytest.log", "w") as fh:
@@ -88,6 +94,17 @@ def run_suite(out: Path, files: list[str], budget: float, workers: str, resume: 
     return rec
 
 
+def collect(files: list[str]) -> list[str]:
+    """The node ids `pytest --collect-only` finds in files (no xdist: one process collects)."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist", "-p", "no:randomly",
+                           "--hypothesis-profile", "gpu", *files], cwd=HOME, capture_output=True, text=True)
+    ids = [ln for ln in proc.stdout.splitlines() if "::" in ln and not ln.startswith(" ")]
+    if proc.returncode != 0 or not ids:
+        raise SystemExit(f"gpu_lane: collecting the suite failed (exit {proc.returncode}): "
+                         f"{(proc.stdout + proc.stderr).strip().splitlines()[-1:] or ['no output']}")
+    return ids
+
+
 def _suite_of(log: Path) -> dict:
     meta = log.parent / "gpu_run.json"
     return json.loads(meta.read_text()).get("suite") or {} if meta.exists() else {}
@@ -98,22 +115,31 @@ def tally(*logs: Path) -> dict:
     a later log (a resumed part) decides for the tests it ran again."""
     tests: dict[str, dict] = {}
     collected: set[str] = set()
+    full: set[str] | None = None  # the latest whole-suite collection: it decides what the suite is
     for log in logs:
         if not log.exists():
             continue
         this: dict[str, dict] = {}
+        resumed = False
         for line in log.read_text().splitlines():
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut off by a kill
-            if rec.get("event") == "collected":
+            if rec.get("event") == "start":
+                resumed = "--run-ids" in rec.get("args", [])
+            elif rec.get("event") == "collected":
                 collected.update(rec.get("ids", []))
+                if rec.get("full", not resumed):  # logs before the marker: full unless a resumed part
+                    full = set(rec.get("ids", []))
             elif rec.get("event") == "test":
                 prev = this.get(rec["nodeid"])
                 if prev is None or rec["outcome"] in ("failed", "error"):
                     this[rec["nodeid"]] = rec
         tests.update(this)
+    if full is not None:  # tests renamed or removed since an earlier part drop out
+        collected = full
+        tests = {n: r for n, r in tests.items() if n in full}
     counts = {k: sum(1 for r in tests.values() if r["outcome"] == k) for k in ("passed", "failed", "skipped", "error")}
     return {"collected": len(collected), **counts, "not_run": sorted(collected - set(tests)), "done": sorted(tests),
             "phases": summarize(tests.values()),

@@ -236,3 +236,30 @@ def test_exclusive_memory_admits_one_process_at_a_time(tmp_path) -> None:
         left = time.time()
     out, _ = child.communicate(timeout=60)
     assert child.returncode == 0 and float(out.split()[0]) >= left
+
+
+def test_lane_resume_counts_the_suite_as_it_is_now(tmp_path: Path) -> None:
+    """A test split after the first part (c -> c1, c2) is counted as the suite is now: c drops out,
+    c2 is not run; before, c stayed 'not run' forever and c2 was never selected."""
+    import json
+
+    from flashcheck.reports.gpu_lane import tally
+
+    def log(name: str, events: list[dict]) -> Path:
+        p = tmp_path / name
+        p.write_text("".join(json.dumps(e) + "\n" for e in events))
+        return p
+
+    def test(nodeid: str, outcome: str) -> dict:
+        return {"event": "test", "nodeid": nodeid, "outcome": outcome, "duration": 1.0, "message": ""}
+
+    first = log("a.jsonl", [{"event": "start", "args": ["tests"]},
+                            {"event": "collected", "ids": ["t::a", "t::b", "t::c"]},
+                            test("t::a", "passed"), test("t::b", "failed")])
+    second = log("b.jsonl", [{"event": "collected", "ids": ["t::a", "t::b", "t::c1", "t::c2"], "full": True},
+                             {"event": "start", "args": ["tests", "--run-ids", "ids.txt"]},
+                             {"event": "collected", "ids": ["t::b", "t::c1", "t::c2"], "full": False},
+                             test("t::b", "passed"), test("t::c1", "passed")])
+    t = tally(first, second)
+    assert (t["collected"], t["passed"], t["failed"], t["not_run"]) == (4, 3, 0, ["t::c2"])
+    assert tally(first)["not_run"] == ["t::c"]
