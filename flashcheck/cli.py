@@ -315,7 +315,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cmd is None:
         print(f"flashcheck: unknown command {argv[0]!r} (commands: {', '.join(COMMANDS)})", file=sys.stderr)
         return exitcodes.USAGE
-    return exitcodes.guarded(f"flashcheck {argv[0]}", cmd, argv[1:])
+    rc = exitcodes.guarded(f"flashcheck {argv[0]}", cmd, argv[1:])
+    from flashcheck import isolation
+
+    isolation.finished()  # (a supervised child: its status is its own, not a hard exit's)
+    return rc
 
 
 if __name__ == "__main__":

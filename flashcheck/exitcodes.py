@@ -4,7 +4,7 @@
     0  every kernel checked passes
     1  a kernel fails: a real verdict (wrong output, raised, crashed, hung, or tests never run)
     2  bad usage or bad input: a bad option, a missing kernel file, an --out that cannot take the
-       report, a malformed kernel spec; one line says what
+       report, a malformed kernel spec or fixture; one line says what
     3  flashcheck itself failed (a bug in the tool, not a verdict on the kernel): one line names the
        error and the file its traceback was written to ($FLASHCHECK_TRACEBACK=1 prints it instead)
     5  nothing was checked: every test was skipped or deselected, no input was drawn, no fixture

@@ -8,7 +8,8 @@ O_APPEND so a record survives `os._exit` or SIGKILL the instant it is written):
 
     plan (the tasks: pytest node ids, fixture paths, report inputs), start TASK (with its timeout),
     input (the case a property is about to check, kept for a fixture), call / ret (each kernel
-    call), fault (a GpuFault's message), end TASK OUTCOME, crash (a crash explained by a parent).
+    call), fault (a GpuFault's message), end TASK OUTCOME, crash (a crash explained by a parent),
+    finished (the child reached its own end: an exit status 0 without it is a hard exit, not a pass).
 
 A child that ends with a task started but not ended crashed in it: the parent names kernel, task,
 input and cause ("the kernel exited with code 0", "killed by SIGSEGV", "did not return in 5 s"),
@@ -91,6 +92,11 @@ def record(ev: str, **fields: Any) -> None:
         _J["pid"] = os.getpid()
     line = json.dumps({"ev": ev, "t": time.time(), "pid": os.getpid(), **fields}, default=str)
     os.write(_J["fd"], (line + "\n").encode())
+
+
+def finished() -> None:
+    """This child got to its own end (its status is its own, not a hard exit's)."""
+    record("finished")
 
 
 def start(task: str, timeout: float | None = None) -> None:
@@ -337,7 +343,14 @@ class Supervisor:
             mine = [e for e in read_journal(self.dir, proc.pid)]
             cur = in_flight(mine)
             if cur is None:
-                rcs.append(self.translate(status))
+                rc = self.translate(status)
+                if rc in (exitcodes.OK, exitcodes.NOTHING_CHECKED) and not any(e["ev"] == "finished" for e in mine):
+                    # A hard exit outside any kernel call (at the kernel's import, say) looks like a
+                    # pass by its status alone: never green.
+                    print(f"flashcheck: the run's process ended with status {status} before finishing, outside any "
+                          "kernel call (a hard exit while loading the kernel?): not a pass", file=sys.stderr, flush=True)
+                    rc = exitcodes.FAILED
+                rcs.append(rc)
                 break
             killed = (proc.pid, cur["task"]) in self.killed
             msg = explain(cur, status, t_end, killed)

@@ -43,6 +43,7 @@ class PytestJournal:
             isolation.hand_down(self.own_dir)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        isolation.finished()
         if self.own_dir is not None:
             import shutil
 

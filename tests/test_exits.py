@@ -264,3 +264,8 @@ def test_python_m_reports_is_supervised(kernels: Path) -> None:
                        cwd=kernels.parent, env=clean_env(), capture_output=True, text=True, timeout=300)
     assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
     assert "the kernel k.exits exited with code 0" in p.stderr, p.stderr[-2000:]
+    # A hard exit outside any kernel call (its module's import): status 0, and still not a pass.
+    (kernels.parent / "at_import.py").write_text("import os\nos._exit(0)\n")
+    p = subprocess.run([sys.executable, "-m", "flashcheck.reports", "at_import.py:good", *TINY, "--out", "rep"],
+                       cwd=kernels.parent, env=clean_env(), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1 and "before finishing" in p.stderr, p.stdout[-2000:] + p.stderr[-2000:]
