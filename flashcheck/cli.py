@@ -12,6 +12,7 @@ passed on: `-n auto`, `-k`, `-x`, `--hypothesis-profile`), writes fixtures of sh
 `check`, `replay` and `report` run kernels in a supervised child (`flashcheck.isolation`): a kernel
 that exits, crashes, hangs or kills the CUDA context is one named failure, and the run goes on.
 """
+# The exit-status table (flashcheck.exitcodes) is appended to this docstring below, for --help.
 from __future__ import annotations
 
 import argparse
@@ -20,6 +21,10 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from flashcheck import exitcodes
+from flashcheck.isolation import DEFAULT_TASK_TIMEOUT
+
+__doc__ = f"{__doc__.strip()}\n\n{exitcodes.TABLE}"
 FAMILIES = ("softmax", "attention")
 
 
@@ -30,14 +35,14 @@ def _capabilities() -> dict:
 
 
 def _check(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(
+    p = exitcodes.ArgumentParser(
         prog="flashcheck check", description="Run a family's suite on one kernel.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Options not listed here go to pytest unchanged, among them the capability flags:\n"
                "  --kernel-dtypes fp16,bf16  --kernel-min-n N  --kernel-max-n N  --kernel-sizes N,N\n"
                "  --kernel-cap KEY=VALUE (repeatable), --fixture-dir DIR, --no-save-fixtures,\n"
                "  -n auto, -x, -k EXPR, --hypothesis-profile NAME.\nCapability keys:\n"
-               + "\n".join(f"  {k:16s} {v[3]}" for k, v in _capabilities().items()))
+               + "\n".join(f"  {k:16s} {v[3]}" for k, v in _capabilities().items()) + "\n\n" + exitcodes.TABLE)
     p.add_argument("target", help="FILE.py:FUNCTION, package.module:FUNCTION or a registered kernel name")
     p.add_argument("--family", choices=FAMILIES, help="which suite (inferred for registered kernels and KernelSpecs)")
     ns, rest = p.parse_known_args(argv)
@@ -51,23 +56,50 @@ def _check(argv: Sequence[str]) -> int:
         spec = load_kernel(ns.target, family)
     except KernelLoadError as e:
         print(f"flashcheck check: {e}", file=sys.stderr)
-        return 2
+        return exitcodes.USAGE
     family = spec.family
     problem = _fixture_dir_problem(rest)
     if problem:
         print(f"flashcheck check: --fixture-dir {problem}", file=sys.stderr)
-        return 2
+        return exitcodes.USAGE
     import pytest
 
     from flashcheck import suite_paths
 
     args = [*suite_paths(family), "-p", "flashcheck.plugin", "-p", "no:cacheprovider",
             f"--kernel={ns.target}", f"--family={family}", *rest]
-    if any(a in ("--pdb", "--trace") for a in rest):  # a debugger needs the tests in this process
-        return int(pytest.main(args))
+    # A debugger needs the tests in this process; a listing runs no test (nothing to supervise, and
+    # its tests are neither "not run" nor "nothing checked").
+    if any(a in ("--pdb", "--trace", *LISTINGS) for a in rest):
+        return exitcodes.from_pytest(int(pytest.main(args)))
     from flashcheck import isolation
 
-    return isolation.supervise(_python("-m", "pytest", *args), unit="tests")
+    sup = isolation.Supervisor(_python("-m", "pytest", *args), unit="tests", translate=exitcodes.from_pytest)
+    rc = sup.run()
+    if rc == exitcodes.INTERNAL:
+        print("flashcheck check: pytest could not run the suite (see its errors above): a flashcheck "
+              "or environment problem, not a verdict on the kernel", file=sys.stderr)
+    s = sup.result
+    if rc in (exitcodes.OK, exitcodes.NOTHING_CHECKED) and not (s.get("passed") or s.get("failed") or s.get("crashed")):
+        print(f"flashcheck check: {_nothing_checked(s)}", file=sys.stderr)
+        return exitcodes.NOTHING_CHECKED
+    return rc
+
+
+#: pytest options that list instead of testing.
+LISTINGS = ("--collect-only", "--co", "--fixtures", "--fixtures-per-test", "--markers", "--setup-plan",
+            "--version", "-V")
+
+
+def _nothing_checked(s: dict) -> str:
+    """The one line of a run in which no test checked the kernel (never green)."""
+    if not s.get("total"):
+        return "nothing was checked: no test selected (-k/-m deselected them all, or none was collected)"
+    reasons = s.get("skip_reasons") or []
+    common = max(set(reasons), key=reasons.count) if reasons else None
+    why = f"; most common reason ({reasons.count(common)}x): {common}" if common else ""
+    return (f"nothing was checked: all {s['total']} tests were skipped{why}. The kernel's declarations "
+            "(or -k) leave no input to check")
 
 
 def _python(*args: str) -> list[str]:
@@ -80,11 +112,6 @@ def _python(*args: str) -> list[str]:
     return [sys.executable, *args]
 
 
-#: Per fixture (replay) or per kernel call (report): past it, the child is killed and the task named.
-DEFAULT_TASK_TIMEOUT = 300.0
-TIMEOUT_ENV = "FLASHCHECK_TASK_TIMEOUT"
-
-
 def _supervised(command: str, argv: Sequence[str], unit: str, **kw) -> int | None:
     """Run `flashcheck COMMAND ARGV` as a supervised child (None: this is that child, go on)."""
     from flashcheck import isolation
@@ -92,21 +119,6 @@ def _supervised(command: str, argv: Sequence[str], unit: str, **kw) -> int | Non
     if isolation.enabled():
         return None
     return isolation.supervise(_python("-m", "flashcheck.cli", command, *argv), unit=unit, grace=0.0, **kw)
-
-
-def _pop_timeout(argv: list[str]) -> float:
-    """`--timeout S` (seconds per task, for the supervisor's watchdog), removed from argv."""
-    for i, a in enumerate(argv):
-        if a == "--timeout" and i + 1 < len(argv) or a.startswith("--timeout="):
-            value = a.partition("=")[2] or argv[i + 1]
-            del argv[i:i + (1 if "=" in a else 2)]
-            try:
-                t = float(value)
-            except ValueError:
-                raise SystemExit(f"flashcheck: --timeout {value!r}: expected seconds") from None
-            os.environ[TIMEOUT_ENV] = str(t)
-            return t
-    return float(os.environ.get(TIMEOUT_ENV) or DEFAULT_TASK_TIMEOUT)
 
 
 def _fixture_dir_problem(pytest_args: Sequence[str]) -> str | None:
@@ -128,17 +140,17 @@ def _fixture_dir_problem(pytest_args: Sequence[str]) -> str | None:
 
 
 def _replay(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(
+    p = exitcodes.ArgumentParser(
         prog="flashcheck replay", description="Re-check saved fixtures, bit for bit. A fixture is data: "
         "the kernel is --kernel, or the registered kernel the fixture names; a folder's fixtures of "
-        "other kernels are skipped.")
+        "other kernels are skipped.", epilog=exitcodes.TABLE, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("fixtures", nargs="+", type=Path, help="fixture files (or folders of them)")
     p.add_argument("--kernel", help="the kernel to check (FILE.py:FUNCTION, package.module:FUNCTION or a "
                                      "registered name); a fixture file named here is replayed against it "
                                      "even if it was recorded for another")
     p.add_argument("--family", choices=FAMILIES, help="the family of a plain --kernel function "
                                                       "(default: the fixtures')")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TASK_TIMEOUT, metavar="S",
+    p.add_argument("--timeout", type=_seconds, default=DEFAULT_TASK_TIMEOUT, metavar="S",
                    help=f"seconds per fixture before its kernel counts as hung (default {DEFAULT_TASK_TIMEOUT:g})")
     ns = p.parse_args(argv)
     supervised = _supervised("replay", argv, "fixtures")
@@ -161,7 +173,7 @@ def _replay(argv: Sequence[str]) -> int:
             explicit.append(f)
         else:
             print(f"flashcheck replay: {f}: no such file or folder", file=sys.stderr)
-            return 2
+            return exitcodes.USAGE
     specs = list(PRODUCTION)
     if ns.kernel:
         family = ns.family or _family_of(explicit + found)
@@ -169,15 +181,17 @@ def _replay(argv: Sequence[str]) -> int:
             specs = [load_kernel(ns.kernel, family)]
         except KernelLoadError as e:
             print(f"flashcheck replay: {e}", file=sys.stderr)
-            return 2
+            return exitcodes.USAGE
     plan = fx.plan_replays(explicit, specs, force=bool(ns.kernel)) + fx.plan_replays(found, specs)
-    isolation.record("plan", tasks=[str(r.path) for r in plan])
+    for r in plan:
+        if r.status == "skip" and r.path in explicit:
+            r.status, r.reason = "bad", f"{r.path}: {r.reason}; name its kernel with --kernel TARGET"
+    # The supervisor's tasks: the fixtures to replay (one never planned is never "not run").
+    isolation.record("plan", tasks=[str(r.path) for r in plan if r.status not in ("skip", "bad")])
     done = isolation.excluded()  # replayed (or crashed) in an earlier child of this run
     plan = [r for r in plan if str(r.path) not in done]
     counts = {"passed": 0, "failed": 0, "bad fixtures": 0, "not for this kernel": 0}
     for r in plan:
-        if r.status == "skip" and r.path in explicit:
-            r.status, r.reason = "bad", f"{r.path}: {r.reason}; name its kernel with --kernel TARGET"
         if r.status == "skip":
             counts["not for this kernel"] += 1
             print(f"skip {r.path}: {r.reason}")
@@ -191,6 +205,7 @@ def _replay(argv: Sequence[str]) -> int:
         except fx.FixtureError as e:
             counts["bad fixtures"] += 1
             print(f"ERROR {e}")
+            isolation.end(str(r.path), "bad fixture")  # planned, and done: not "not run"
             continue
         what = f"{r.path} ({r.spec.name}, {r.payload['property']}{'; ' + r.reason if r.reason else ''})"
         with isolation.task(str(r.path), ns.timeout):
@@ -200,15 +215,38 @@ def _replay(argv: Sequence[str]) -> int:
                 isolation.fault_exit(f"{r.path}: {e}")
                 counts["failed"] += 1
                 print(f"FAIL {what}\nGpuFault: {e}\n")
-            except Exception as e:  # the property's verdict, whatever the kernel raised
+            except (Exception, SystemExit) as e:  # the property's verdict, whatever the kernel raised
                 counts["failed"] += 1
-                print(f"FAIL {what}\n{type(e).__name__}: {e}\n")
+                why = f"the kernel called sys.exit({e.code!r})" if isinstance(e, SystemExit) else \
+                    f"{type(e).__name__}: {e}"
+                print(f"FAIL {what}\n{why}\n")
             else:
                 counts["passed"] += 1
                 print(f"pass {what}")
     if plan or not done:  # (a child left nothing to replay: the parent's summary says it all)
         print(", ".join(f"{n} {k}" for k, n in counts.items() if n or k in ("passed", "failed")))
-    return 1 if counts["failed"] or counts["bad fixtures"] else 0
+    if counts["failed"]:
+        return exitcodes.FAILED
+    if counts["bad fixtures"]:  # bad input, never blamed on the kernel
+        return exitcodes.USAGE
+    if not counts["passed"] and not done:  # (done: an earlier child of this run replayed or crashed)
+        print("flashcheck replay: nothing was checked: " + (
+            f"no fixture named is for {ns.kernel} (a folder's fixtures of other kernels are skipped; name a "
+            "fixture file to replay it against this kernel)" if ns.kernel else
+            "no fixture named is for a registered kernel (name its kernel with --kernel TARGET)"), file=sys.stderr)
+        return exitcodes.NOTHING_CHECKED
+    return exitcodes.OK
+
+
+def _seconds(value: str) -> float:
+    """A positive number of seconds (an argparse type)."""
+    try:
+        t = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected seconds") from None
+    if not t > 0 or t == float("inf"):
+        raise argparse.ArgumentTypeError(f"{value!r}: expected a positive number of seconds")
+    return t
 
 
 def _family_of(paths: list[Path]) -> str | None:
@@ -225,7 +263,7 @@ def _family_of(paths: list[Path]) -> str | None:
 
 
 def _kernels(argv: Sequence[str]) -> int:
-    argparse.ArgumentParser(prog="flashcheck kernels", description="List the registered kernels.").parse_args(argv)
+    exitcodes.ArgumentParser(prog="flashcheck kernels", description="List the registered kernels.").parse_args(argv)
     from flashcheck.kernels.registry import PRODUCTION
     from flashcheck.plugin import describe_capabilities
 
@@ -234,26 +272,24 @@ def _kernels(argv: Sequence[str]) -> int:
     return 0
 
 
-def _delegate(module: str, prog: str) -> "callable":
-    def run(argv: Sequence[str]) -> int:
-        import importlib
-
-        return int(importlib.import_module(module).main(list(argv)) or 0)
-    return run
-
-
 def _report(argv: Sequence[str]) -> int:
     """The stability report, supervised: a kernel call that crashes or hangs (`--timeout S` per
-    call) is counted as that kernel's error on that input, and the report is made again without it."""
+    call) is counted as that kernel's error on that input, and the report is made again without it.
+    Options and the output folder are checked here first: a bad one costs no measuring."""
+    from flashcheck import isolation
+    from flashcheck.reports import cli as report
+
     argv = list(argv)
     if any(a in ("-h", "--help", "--kill-matrix") for a in argv):
-        return _delegate("flashcheck.reports.__main__", "flashcheck report")(argv)
-    timeout = _pop_timeout(argv)
+        return report.main(argv)
+    if not isolation.enabled():  # the parent (its child checks again, cheaply)
+        problem = report.preflight(argv)
+        if problem is not None:
+            return problem
     supervised = _supervised("report", argv, "kernel calls", rerun_all=True, words=("returned", "raised"))
     if supervised is not None:
         return supervised
-    os.environ[TIMEOUT_ENV] = str(timeout)
-    return _delegate("flashcheck.reports.__main__", "flashcheck report")(argv)
+    return report.main(argv)
 
 
 COMMANDS = {
@@ -265,20 +301,25 @@ COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """`flashcheck ARGS`: its exit status under `flashcheck.exitcodes` (an escaped exception: 3)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
-        return 0 if argv else 2
+        return exitcodes.OK if argv else exitcodes.USAGE
     if argv[0] in ("-V", "--version"):
         from flashcheck import __version__
 
         print(f"flashcheck {__version__}")
-        return 0
+        return exitcodes.OK
     cmd = COMMANDS.get(argv[0])
     if cmd is None:
         print(f"flashcheck: unknown command {argv[0]!r} (commands: {', '.join(COMMANDS)})", file=sys.stderr)
-        return 2
-    return cmd(argv[1:])
+        return exitcodes.USAGE
+    rc = exitcodes.guarded(f"flashcheck {argv[0]}", cmd, argv[1:])
+    from flashcheck import isolation
+
+    isolation.finished()  # (a supervised child: its status is its own, not a hard exit's)
+    return rc
 
 
 if __name__ == "__main__":

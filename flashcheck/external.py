@@ -218,7 +218,7 @@ def _import_file(path: Path) -> Any:
     except SyntaxError as e:
         sys.modules.pop(name, None)
         raise KernelLoadError(f"kernel file {path}:{e.lineno}: syntax error: {e.msg}") from None
-    except Exception as e:
+    except (Exception, SystemExit) as e:  # sys.exit(0) at import must not end a check green
         sys.modules.pop(name, None)
         raise KernelLoadError(f"kernel file {path}: importing it raised {type(e).__name__}: {e}") from None
     return module
@@ -231,7 +231,7 @@ def _import_module(dotted: str) -> Any:
         raise KernelLoadError(f"kernel module {dotted!r}: {e}") from None
     except SyntaxError as e:
         raise KernelLoadError(f"kernel module {dotted!r}: {e.filename}:{e.lineno}: syntax error: {e.msg}") from None
-    except Exception as e:
+    except (Exception, SystemExit) as e:
         raise KernelLoadError(f"kernel module {dotted!r}: importing it raised {type(e).__name__}: {e}") from None
 
 

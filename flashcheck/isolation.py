@@ -8,7 +8,8 @@ O_APPEND so a record survives `os._exit` or SIGKILL the instant it is written):
 
     plan (the tasks: pytest node ids, fixture paths, report inputs), start TASK (with its timeout),
     input (the case a property is about to check, kept for a fixture), call / ret (each kernel
-    call), fault (a GpuFault's message), end TASK OUTCOME, crash (a crash explained by a parent).
+    call), fault (a GpuFault's message), end TASK OUTCOME, crash (a crash explained by a parent),
+    finished (the child reached its own end: an exit status 0 without it is a hard exit, not a pass).
 
 A child that ends with a task started but not ended crashed in it: the parent names kernel, task,
 input and cause ("the kernel exited with code 0", "killed by SIGSEGV", "did not return in 5 s"),
@@ -35,7 +36,9 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
+
+from flashcheck import exitcodes
 
 ENV = "FLASHCHECK_JOURNAL"
 EXCLUDE_ENV = "FLASHCHECK_EXCLUDE"
@@ -45,6 +48,10 @@ FAULT_EXIT = 86
 MAX_RESTARTS = 20
 #: Seconds past a pytest child's own timeout (pytest-timeout fires first) before the watchdog kills.
 GRACE = 10.0
+#: Per fixture (replay) or per kernel call (report): past it, the child is killed and the task named.
+DEFAULT_TASK_TIMEOUT = 300.0
+#: How a report's kernel calls learn their timeout (`--timeout`), in the process that runs them.
+TIMEOUT_ENV = "FLASHCHECK_TASK_TIMEOUT"
 
 _J: dict[str, Any] = {"fd": None, "task": None}
 # Taken out of the environment on import: a subprocess a test starts (the suite's self-tests run
@@ -87,13 +94,18 @@ def record(ev: str, **fields: Any) -> None:
     os.write(_J["fd"], (line + "\n").encode())
 
 
+def finished() -> None:
+    """This child got to its own end (its status is its own, not a hard exit's)."""
+    record("finished")
+
+
 def start(task: str, timeout: float | None = None) -> None:
     _J["task"] = task
     record("start", task=task, timeout=timeout)
 
 
-def end(task: str, outcome: str) -> None:
-    record("end", task=task, outcome=outcome)
+def end(task: str, outcome: str, reason: str | None = None) -> None:
+    record("end", task=task, outcome=outcome, **({"reason": reason} if reason else {}))
     _J["task"] = None
 
 
@@ -274,8 +286,12 @@ class Supervisor:
 
     def __init__(self, cmd: list[str], *, unit: str = "tests", rerun_all: bool = False,
                  grace: float = GRACE, max_restarts: int = MAX_RESTARTS,
-                 words: tuple[str, str] = ("passed", "failed")) -> None:
+                 words: tuple[str, str] = ("passed", "failed"),
+                 translate: Callable[[int], int] | None = None) -> None:
         self.cmd, self.unit, self.rerun_all, self.words = cmd, unit, rerun_all, words
+        # A child's exit status in flashcheck's contract (`exitcodes`): pytest's own for `check`.
+        self.translate = translate or _contract
+        self.result: dict[str, Any] = {}  # the tally of the finished run
         self.grace, self.max_restarts = grace, max_restarts
         self.dir = Path(tempfile.mkdtemp(prefix="flashcheck-journal-"))
         self.crashes: dict[str, str] = {}
@@ -327,14 +343,21 @@ class Supervisor:
             mine = [e for e in read_journal(self.dir, proc.pid)]
             cur = in_flight(mine)
             if cur is None:
-                rcs.append(status)
+                rc = self.translate(status)
+                if rc in (exitcodes.OK, exitcodes.NOTHING_CHECKED) and not any(e["ev"] == "finished" for e in mine):
+                    # A hard exit outside any kernel call (at the kernel's import, say) looks like a
+                    # pass by its status alone: never green.
+                    print(f"flashcheck: the run's process ended with status {status} before finishing, outside any "
+                          "kernel call (a hard exit while loading the kernel?): not a pass", file=sys.stderr, flush=True)
+                    rc = exitcodes.FAILED
+                rcs.append(rc)
                 break
             killed = (proc.pid, cur["task"]) in self.killed
             msg = explain(cur, status, t_end, killed)
             self.crashes[cur["task"]] = msg
             _append(self.dir, {"ev": "crash", "task": cur["task"], "message": msg, "t": t_end, "pid": 0})
             print(f"\nflashcheck: CRASHED {msg}\n", file=sys.stderr, flush=True)
-            rcs.append(1)
+            rcs.append(exitcodes.FAILED)
             restarts += 1
             if restarts > self.max_restarts:
                 print(f"flashcheck: {restarts} crashes: giving up; the rest is not run", file=sys.stderr)
@@ -344,14 +367,28 @@ class Supervisor:
     def summary(self, rcs: list[int]) -> int:
         import shutil
 
-        s = tally(self.dir)
+        self.result = s = tally(self.dir)
         shutil.rmtree(self.dir, ignore_errors=True)
         if s["crashed"] or s["not_run"] or len(rcs) > 1:
             print(format_tally(s, self.unit, self.words), file=sys.stderr, flush=True)
-        rc = max(rcs) if rcs else 3
-        if s["crashed"] or s["not_run"]:
-            rc = 1 if rc in (0, 5) or rc == FAULT_EXIT else rc
+        rc = exitcodes.worst(*rcs) if rcs else exitcodes.INTERNAL
+        if s["crashed"] or s["not_run"]:  # a kernel crashed, or tests never ran: never green
+            rc = exitcodes.worst(rc, exitcodes.FAILED)
         return rc
+
+
+def _contract(status: int) -> int:
+    """A flashcheck child's status (it follows the contract already) as the run's; a child ended by
+    a signal or an unknown code outside every task (journalled crashes are explained) is the tool's."""
+    if status == FAULT_EXIT:  # a GpuFault ended the child: a kernel's failure
+        return exitcodes.FAILED
+    known = (exitcodes.OK, exitcodes.FAILED, exitcodes.USAGE, exitcodes.INTERNAL, exitcodes.NOTHING_CHECKED,
+             exitcodes.INTERRUPTED)
+    if status in known:
+        return status
+    print(f"flashcheck: the supervised run ended with status {status} outside any kernel call",
+          file=sys.stderr, flush=True)
+    return exitcodes.INTERNAL
 
 
 def _append(directory: Path, event: dict[str, Any]) -> None:
@@ -364,11 +401,14 @@ def tally(directory: Path) -> dict[str, Any]:
     planned: list[str] = []
     outcome: dict[str, str] = {}
     crashed: dict[str, str] = {}
+    reasons: dict[str, str] = {}
     for e in read_journal(directory):
         if e["ev"] == "plan":
             planned.extend(t for t in e["tasks"] if t not in outcome and t not in planned)
         elif e["ev"] == "end":
             outcome[e["task"]] = e["outcome"]
+            if e.get("reason"):
+                reasons[e["task"]] = e["reason"]
         elif e["ev"] == "crash":
             crashed[e["task"]] = e["message"]
     for t in crashed:
@@ -376,7 +416,8 @@ def tally(directory: Path) -> dict[str, Any]:
     planned_set = set(planned) | set(outcome) | set(crashed)
     not_run = sorted(planned_set - set(outcome) - set(crashed))
     counts = {k: sum(1 for v in outcome.values() if v == k) for k in ("passed", "failed", "skipped")}
-    return {"total": len(planned_set), **counts, "crashed": crashed, "not_run": not_run}
+    return {"total": len(planned_set), **counts, "crashed": crashed, "not_run": not_run,
+            "skip_reasons": [reasons[t] for t, o in outcome.items() if o == "skipped" and t in reasons]}
 
 
 def format_tally(s: dict[str, Any], unit: str, words: tuple[str, str] = ("passed", "failed")) -> str:

@@ -32,6 +32,7 @@ class PytestJournal:
         self.lost: str | None = None  # the test whose GpuFault killed this process's context
         self.not_run = 0  # tests skipped since
         self.outcomes: dict[str, str] = {}
+        self.skip_reasons: dict[str, str] = {}  # journalled: a run that checked nothing says why
         self.planned: list[str] = []
         self.reported: set[str] = set()
         self.missing: list[str] = []
@@ -42,6 +43,7 @@ class PytestJournal:
             isolation.hand_down(self.own_dir)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        isolation.finished()
         if self.own_dir is not None:
             import shutil
 
@@ -66,7 +68,7 @@ class PytestJournal:
         try:
             return (yield)
         finally:
-            isolation.end(item.nodeid, self.outcomes.get(item.nodeid, "passed"))
+            isolation.end(item.nodeid, self.outcomes.get(item.nodeid, "passed"), self.skip_reasons.get(item.nodeid))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_timeout_set_timer(self, item: pytest.Item, settings: Any) -> None:
@@ -94,6 +96,8 @@ class PytestJournal:
         rank = {"passed": 0, "skipped": 1, "failed": 2}
         if rank.get(report.outcome, 2) >= rank.get(self.outcomes.get(report.nodeid, "passed"), 0):
             self.outcomes[report.nodeid] = report.outcome if report.outcome in rank else "failed"
+        if report.skipped and isinstance(report.longrepr, tuple):  # (path, line, "Skipped: why")
+            self.skip_reasons[report.nodeid] = str(report.longrepr[2]).removeprefix("Skipped: ")
 
     # ---- the xdist controller ------------------------------------------------------------------
 

@@ -1,10 +1,15 @@
-"""`python -m flashcheck.reports`: the stability report (see reports/cli.py; `flashcheck report`
-calls the same `main(argv)`)."""
+"""`python -m flashcheck.reports`: the stability report, exactly `flashcheck report` (supervised, so
+a kernel that exits, crashes or hangs is one named error; exit status per flashcheck.exitcodes).
+`main(argv)` is the unsupervised report itself (reports/cli.py)."""
 from __future__ import annotations
+
+import sys
 
 from .cli import main
 
 __all__ = ["main"]
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from flashcheck.cli import main as flashcheck
+
+    raise SystemExit(flashcheck(["report", *sys.argv[1:]]))

@@ -1,15 +1,16 @@
 """`flashcheck report` / `python -m flashcheck.reports`: the stability report of any kernel.
 
     flashcheck report [TARGET ...] [--family F] [--compare A B] [--out DIR] [--examples N]
-                      [--budget SECONDS] [--no-fail] [--no-plots] [--no-baselines]
+                      [--budget SECONDS] [--timeout S] [--no-fail] [--no-plots] [--no-baselines]
 
 TARGET is `path/to/file.py:function`, `package.module:function` or a registered kernel's name
 (none: every registered kernel). Each kernel, the family's baselines (torch.softmax; SDPA's
 backends) run on the same inputs drawn deterministically from every adversarial class; their
 outputs are compared with the correctly rounded oracle. The report opens with each kernel's
 PASS/FAIL verdict and writes stability.md, stability.json, stability.html (self-contained) and the
-PNG plots to DIR (default ./flashcheck-report). Exit status: 0 all pass, 1 an output exceeds its
-bound or a kernel raised (--no-fail: 0), 2 a usage error or nothing measured.
+PNG plots to DIR (default ./flashcheck-report), replacing the folder whole (reports/output.py: new,
+empty or an earlier report; a failed run leaves the earlier report as it was). A kernel failing
+exits 1 (--no-fail: 0); the full table follows.
 """
 from __future__ import annotations
 
@@ -20,11 +21,13 @@ import math
 import os
 import platform
 import sys
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
+from flashcheck import exitcodes
+
+from . import output
 from .document import Block, Bullets, Heading, Image, Para, Table, to_html, to_markdown
 
 PROG = "flashcheck report"
@@ -316,19 +319,12 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
-def _write(path: Path, data: str) -> None:
-    """Write whole or not at all: a crash mid-write never leaves half a report."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(data)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-
-
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0].split(": ", 1)[-1],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="\n\n".join(__doc__.split("\n\n")[2:]))
+    from flashcheck.isolation import DEFAULT_TASK_TIMEOUT
+
+    p = exitcodes.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0].split(": ", 1)[-1],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n\n".join([*__doc__.split("\n\n")[2:], exitcodes.TABLE]))
     p.add_argument("targets", nargs="*", metavar="TARGET",
                    help="FILE.py:FUNCTION, package.module:FUNCTION or a registered kernel (default: all registered)")
     p.add_argument("--kernel", action="append", default=[], metavar="TARGET", help="same as a TARGET (repeatable)")
@@ -345,6 +341,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                    help="stop after this many seconds (every class gets at least one input, and the same count +-1; "
                         "default $FLASHCHECK_REPORT_BUDGET, else none)")
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="seconds one kernel call may take before it counts as hung: that kernel's error on that "
+                        f"input, and the report goes on (default {DEFAULT_TASK_TIMEOUT:g})")
     p.add_argument("--no-fail", action="store_true", help="exit 0 even when a kernel fails")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--no-baselines", action="store_true", help="skip torch.softmax and SDPA")
@@ -357,15 +356,12 @@ def parser() -> argparse.ArgumentParser:
 
 def _error(msg: str) -> int:
     print(f"{PROG}: {msg}", file=sys.stderr)
-    return 2
+    return exitcodes.USAGE
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--kill-matrix" in argv:
-        from . import kill_matrix
-
-        return int(kill_matrix.main([a for a in argv if a != "--kill-matrix"]) or 0)
+def _options(argv: Sequence[str]) -> argparse.Namespace | int:
+    """The parsed options, checked (nothing loaded, nothing measured), or the exit status of a
+    usage error already reported in one line."""
     args = parser().parse_args(argv)
     # Defaults a CI job can shorten without changing the command line (the README's commands run
     # as written in tests/test_report.py): an explicit option wins.
@@ -380,6 +376,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _error(f"--examples {args.examples}: expected a positive integer")
     if args.budget is not None and not args.budget > 0:
         return _error(f"--budget {args.budget}: expected a positive number of seconds")
+    if args.timeout is not None and not 0 < args.timeout < math.inf:
+        return _error(f"--timeout {args.timeout}: expected a positive number of seconds")
+    args.out = (args.out if args.out is not None else Path.cwd() / "flashcheck-report").resolve()
+    problem = output.problem(args.out)
+    if problem:
+        return _error(problem)
+    return args
+
+
+def preflight(argv: Sequence[str]) -> int | None:
+    """Check the options and the output folder before a supervised report starts measuring: the
+    exit status of the one-line error, or None when they are fine."""
+    try:
+        args = _options(argv)
+    except SystemExit as e:  # argparse said it already
+        return int(e.code or 0)
+    return args if isinstance(args, int) else None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The report in this process (`flashcheck report` supervises it); exit status per exitcodes."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--kill-matrix" in argv:
+        from . import kill_matrix
+
+        return int(kill_matrix.main([a for a in argv if a != "--kill-matrix"]) or 0)
+    args = _options(argv)
+    if isinstance(args, int):
+        return args
+    if args.timeout is not None:  # for reports/run.py's kernel calls (the supervisor kills past it)
+        from flashcheck.isolation import TIMEOUT_ENV
+
+        os.environ[TIMEOUT_ENV] = str(args.timeout)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     # The interpreter evaluates -inf - -inf and friends in NumPy on purpose (NUMERICS.md s. 2):
     # its RuntimeWarnings are expected noise here, not findings.
@@ -414,7 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bad = [c for c in args.classes or [] if c not in known]
     if bad:
         return _error(f"--classes: unknown class {bad[0]!r} (known: {', '.join(sorted(known))})")
-    out = (args.out if args.out is not None else Path.cwd() / "flashcheck-report").resolve()
+    out = args.out
     examples = args.examples or (2 if INTERPRET else 20)
     env = _environment()
     from .run import collect
@@ -427,22 +456,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                      classes=args.classes)
     rows = result.rows
     if not any(r["outputs"] or r["errors"] for r in rows if not r["baseline"]):
-        return _error(f"nothing was measured (no kernel took any drawn input); {out} left as it was")
+        print(f"{PROG}: nothing was checked: no kernel took any drawn input; {out} left as it was", file=sys.stderr)
+        return exitcodes.NOTHING_CHECKED
     per_kernel: dict[str, float] = {}
     for r in rows:
         per_kernel[r["kernel"]] = per_kernel.get(r["kernel"], 0.0) + r["seconds"]
     env.update(examples=examples, seconds=result.seconds, oracle_seconds=round(result.oracle_seconds, 1),
                kernel_seconds={k: round(v, 1) for k, v in per_kernel.items()}, inputs_done=result.inputs_done,
                inputs_total=result.inputs_total, budget_hit=result.budget_hit)
-    out.mkdir(parents=True, exist_ok=True)
-    images = {} if args.no_plots else make_plots(rows, out)
     compare = (load_kernel(args.compare[0], args.family).name, load_kernel(args.compare[1], args.family).name) \
         if args.compare else None
-    blocks, verdicts = build(rows, env, images, {s.name: s.description for s in specs}, compare)
-    _write(out / "stability.md", to_markdown(blocks))
-    _write(out / "stability.html", to_html(blocks, "flashcheck stability report"))
-    _write(out / "stability.json", json.dumps(_jsonable({"environment": env, "verdicts": verdicts, "rows": rows}),
-                                              indent=1))
+    with output.staged(out) as new:  # the earlier report stays whole until every file is written
+        images = {} if args.no_plots else make_plots(rows, new)
+        blocks, verdicts = build(rows, env, images, {s.name: s.description for s in specs}, compare)
+        (new / "stability.md").write_text(to_markdown(blocks))
+        (new / "stability.html").write_text(to_html(blocks, "flashcheck stability report"))
+        (new / "stability.json").write_text(json.dumps(_jsonable({"environment": env, "verdicts": verdicts,
+                                                                  "rows": rows}), indent=1))
     for v in verdicts:
         print(f"{v['status']:7s} {v['kernel']}: {v['finding']}")
     print("seconds: oracle " + f"{result.oracle_seconds:.0f}, "
@@ -452,8 +482,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if failed(verdicts):
         print("at least one kernel fails: see the Verdict section" + (" (--no-fail: exit 0)" if args.no_fail else ""),
               file=sys.stderr)
-        return 0 if args.no_fail else 1
-    return 0
+        return exitcodes.OK if args.no_fail else exitcodes.FAILED
+    return exitcodes.OK
 
 
 __all__ = ["main", "verdict", "build", "parser", "anchor"]

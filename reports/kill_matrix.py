@@ -17,7 +17,6 @@ kernel under test to count calls and every registered property to note the first
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import json
@@ -302,7 +301,9 @@ def _environment() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None, *, out: Path | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m flashcheck.reports --kill-matrix", description=__doc__.splitlines()[0])
+    from flashcheck.exitcodes import ArgumentParser
+
+    p = ArgumentParser(prog="python -m flashcheck.reports --kill-matrix", description=__doc__.splitlines()[0])
     p.add_argument("--zoo", action="append", help="only this zoo kernel (repeatable)")
     p.add_argument("--jobs", type=int, default=2, help="zoo kernels run in parallel (default 2)")
     p.add_argument("--all-failures", action="store_true",
@@ -311,14 +312,20 @@ def main(argv: list[str] | None = None, *, out: Path | None = None) -> int:
     p.add_argument("--pytest-args", default="", help="extra arguments for every pytest run (one string)")
     p.add_argument("--out", type=Path, default=out or DEFAULT_OUT)
     args = p.parse_args(argv)
+    if args.out.exists() and not args.out.is_dir():  # before hours of runs, not after
+        p.error(f"--out {args.out}: is a file, not a folder")
     args.out.mkdir(parents=True, exist_ok=True)
     env = _environment()
     print(f"flashcheck kill matrix on {env['device']}")
     t0 = time.perf_counter()
     rows = run_all(args.zoo, jobs=args.jobs, out_dir=args.out, first_only=not args.all_failures,
                    shrink=not args.no_shrink, extra_args=args.pytest_args.split() or None)
-    (args.out / "kill_matrix.md").write_text(to_markdown(rows, env))
-    (args.out / "kill_matrix.json").write_text(json.dumps({"environment": env, "rows": rows}, indent=1))
+    # Each file whole or not at all (the folder also holds kill_fixtures/, so it is not swapped).
+    for name, text in (("kill_matrix.md", to_markdown(rows, env)),
+                       ("kill_matrix.json", json.dumps({"environment": env, "rows": rows}, indent=1))):
+        tmp = args.out / f".{name}.tmp-{os.getpid()}"
+        tmp.write_text(text)
+        os.replace(tmp, args.out / name)
     survivors = [r["name"] for r in rows if not r["caught"]]
     print(f"wrote {args.out / 'kill_matrix.md'}, kill_matrix.json in {time.perf_counter() - t0:.0f}s: "
           f"{len(rows) - len(survivors)} of {len(rows)} caught")

@@ -180,7 +180,7 @@ def _run_one(mod, cell: Cell, prepared, key: str = "") -> None:
     if crashed:  # it crashed or hung on this input in an earlier run of this report
         cell.acc.add_error(isolation.KernelCrashed(crashed.removeprefix(key + ": ")))
         return
-    timeout = float(os.environ.get("FLASHCHECK_TASK_TIMEOUT") or 0) or None
+    timeout = float(os.environ.get(isolation.TIMEOUT_ENV) or 0) or None
     try:
         with isolation.task(key, timeout) if key else nullcontext():
             out = mod.call(spec, prepared)
@@ -188,7 +188,7 @@ def _run_one(mod, cell: Cell, prepared, key: str = "") -> None:
         isolation.fault_exit(f"{key}: {e}")
         cell.acc.add_error(e)
         return
-    except Exception as e:  # the kernel's failure, whatever it raised
+    except (Exception, SystemExit) as e:  # the kernel's failure, whatever it raised (sys.exit too)
         if spec.extra.get("baseline"):
             cell.refused += 1
         else:

@@ -243,7 +243,7 @@ def test_bad_fixture_is_its_own_error_and_the_rest_replay(name: str, tmp_path: P
     bad.write_text(edit if isinstance(edit, str) else json.dumps(_bad(payload, **edit)))
     rc = cli(["replay", str(tmp_path)])
     out = capfd.readouterr().out
-    assert rc == 1, out
+    assert rc == 2, out  # bad input (exitcodes.USAGE), never the kernel's failure
     line = next(ln for ln in out.splitlines() if "bad.json" in ln)
     assert line.startswith(f"ERROR bad fixture {bad}:") and word in line, out
     assert f"pass {good}" in out and "1 passed, 0 failed, 1 bad fixtures" in out, out
