@@ -31,6 +31,7 @@ import torch
 from flashcheck import kernels  # noqa: F401  (the interpreter switch, before triton)
 from flashcheck.kernels import DEVICE
 from flashcheck.kernels._common import LOG2E, bf16_as_bits, check_float, check_out, kernel_view, load_f32, store_f32, tl, triton
+from flashcheck.kernels.attention import _round_bf16_in_f32
 from flashcheck.tests.zoo import ZooKernel
 
 _LOG2E = tl.constexpr(LOG2E)
@@ -38,7 +39,7 @@ _LOG2E = tl.constexpr(LOG2E)
 # Bug switches (constexpr values).
 NONE, STRIDES, ZERO_PAD, SENTINEL, NAN_SWALLOW, NO_MAX, INT32_OFFSETS, FAST_EXP = 0, 1, 2, 3, 4, 5, 6, 7
 RESCALE_NAN, STICKY, NO_RESCALE, FP16_SUM, TAIL = 11, 12, 13, 14, 15
-READ_PAST, WRITE_PAST = 16, 17
+READ_PAST, WRITE_PAST, ROUND_EXP = 16, 17, 18
 MERGE_NAN = 21
 
 
@@ -54,7 +55,8 @@ def _validate(x: torch.Tensor) -> None:
 
 @triton.jit
 def _row_kernel(x_ptr, y_ptr, N, sxm, sxn, sym, syn,
-                BLOCK_N: tl.constexpr, X_BITS: tl.constexpr, Y_BITS: tl.constexpr, BUG: tl.constexpr):
+                BLOCK_N: tl.constexpr, X_BITS: tl.constexpr, Y_BITS: tl.constexpr, BUG: tl.constexpr,
+                P16: tl.constexpr = 0):
     row = tl.program_id(0).to(tl.int64)
     x_off = row * sxm
     y_off = row * sym
@@ -86,10 +88,18 @@ def _row_kernel(x_ptr, y_ptr, N, sxm, sxn, sym, syn,
     else:
         m = tl.max(x, axis=0)
         e = tl.exp2((x - m) * _LOG2E)
+    if BUG == 18:  # ROUND_EXP: each exponential rounded to the 16-bit input format (P16: 1 fp16, 2 bf16)
+        if P16 == 1:
+            e = e.to(tl.float16).to(tl.float32)
+        elif P16 == 2:  # exact round-to-nearest-even (the interpreter's bf16 cast truncates)
+            e = _round_bf16_in_f32(e)
     y = e / tl.sum(e, axis=0)
     if BUG == 17:  # WRITE_PAST: the store mask off by one: lane N (a padding lane, y = 0) is written too
         mask = cols <= N
     store_f32(y_ptr + y_off + cols * syn, y, mask, Y_BITS)
+
+
+_P16 = {torch.float16: 1, torch.bfloat16: 2}
 
 
 def _row(x: torch.Tensor, bug: int) -> torch.Tensor:
@@ -100,7 +110,7 @@ def _row(x: torch.Tensor, bug: int) -> torch.Tensor:
         return y
     _row_kernel[(m,)](kernel_view(x), kernel_view(y), n, x.stride(0), x.stride(1), y.stride(0), y.stride(1),
                       BLOCK_N=max(256, triton.next_power_of_2(n)), X_BITS=bf16_as_bits(x.dtype),
-                      Y_BITS=bf16_as_bits(y.dtype), BUG=bug)
+                      Y_BITS=bf16_as_bits(y.dtype), BUG=bug, P16=_P16.get(x.dtype, 0))
     return y
 
 
@@ -344,6 +354,16 @@ def fp16_denominator(x: torch.Tensor) -> torch.Tensor:
     return _online(x, FP16_SUM)
 
 
+def exp_rounded_16bit(x: torch.Tensor) -> torch.Tensor:
+    """Each exponential rounded to the 16-bit input format (fp16, bf16) before it is summed and
+    divided: `p = tl.exp(x - m).to(x.dtype)`, the attention kernels' P in 16 bits carried over to a
+    softmax, whose contract is 1 ULP. Every term is off by up to half a 16-bit ULP; rounded the same
+    way over a long row of near-equal logits they shift the sum by a relative 2^-11 (fp16) and the
+    quotient by about 1.5 ULP. fp32 inputs are unaffected. ik_llama.cpp PR #1196 (16-bit softmax
+    terms), the FP16-P shortcut of flash kernels (NUMERICS.md section 3: legal for attention only)."""
+    return _row(x, ROUND_EXP)
+
+
 def missing_rescale(x: torch.Tensor) -> torch.Tensor:
     """The accumulated sum is not rescaled by exp(m_old - m_new) when a later chunk raises the
     max: rows increasing across chunk boundaries get a denominator that is far too large.
@@ -447,6 +467,16 @@ def _past_2_31_trigger() -> dict:
     return {"x": x, "rows": [0, (1 << 21) - 1, 1 << 21, m - 1]}
 
 
+def _halfway_trigger() -> dict:
+    """fp16 rows of 2000: a max of 0, a background whose exponential rounds down by nearly half an
+    fp16 ULP, 32 probes whose exponentials round up as much (strategies.softmax._halfway_row)."""
+    from flashcheck.oracles.formats import FP16
+    from flashcheck.strategies.softmax import _halfway_row
+
+    rng = _rng()
+    return {"x": _t(np.stack([_halfway_row(2000, rng, FP16) for _ in range(4)]), torch.float16)}
+
+
 def _guarded_out_trigger() -> dict:
     x = _t(_rng().standard_normal((3, 300)))
     buf = torch.full((3 * 310 + 5,), 7.0, device=DEVICE)
@@ -464,6 +494,7 @@ _TRIGGERS = {
     "nan_swallowed": lambda: {"x": _t([[1.0, np.nan, 2.0]])},
     "fp16_denominator": lambda: {"x": _t(_rng().standard_normal((2, 1000)))},
     "missing_rescale": lambda: {"x": _t(np.cumsum(0.1 * _rng().random((2, 600)), axis=1))},
+    "exp_rounded_16bit": _halfway_trigger,
     "split_merge_nan": lambda: _lead_masked(600, 256, low=False),
     "int32_offsets": _past_2_31_trigger,
     "fast_exp_unguarded": lambda: {"x": _t(np.linspace(-30.0, 0.0, 300)[None, :].repeat(2, 0))},
@@ -484,6 +515,8 @@ _CLASSES = {
     "nan_swallowed": ("NaN swallowed by the max", "matches_oracle"),
     "fp16_denominator": ("fp16 accumulation of the denominator", "matches_oracle"),
     "missing_rescale": ("missing rescale of the accumulator when the max grows", "matches_oracle"),
+    "exp_rounded_16bit": ("exponentials rounded to 16 bits before the sum (FP16-P in a softmax)",
+                          "matches_oracle (long_uniform/halfway)"),
     "split_merge_nan": ("exp(-inf - -inf) = NaN in a merge of two empty states (split-row)", "matches_oracle"),
     "int32_offsets": ("int32 offset overflow (M * N > 2^31)", "test_softmax_gpu past 2^31 elements"),
     "fast_exp_unguarded": ("unguarded fast exp (ex2.approx.f16)", "matches_oracle"),
@@ -504,6 +537,7 @@ _FIXED = {
     "nan_swallowed": functools.partial(_row, bug=NONE),
     "fp16_denominator": functools.partial(_online, bug=NONE),
     "missing_rescale": functools.partial(_online, bug=NONE),
+    "exp_rounded_16bit": functools.partial(_row, bug=NONE),
     "split_merge_nan": functools.partial(_split, bug=NONE),
     "int32_offsets": functools.partial(_row, bug=NONE),
     "fast_exp_unguarded": functools.partial(_row, bug=NONE),
