@@ -34,6 +34,10 @@ import pytest
 
 from flashcheck import HOME as ROOT
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
+#: The tracked kill matrix (committed): per zoo entry, whether the ci profile on the CPU catches it,
+#: with which test and property, and after how many examples and seconds. tests/test_zoo.py holds
+#: the suite to it; `python -m flashcheck.reports --kill-matrix --no-shrink --record` rewrites it.
+MATRIX = Path(__file__).resolve().parent / "kill_matrix.json"
 KILL_ENV = "FLASHCHECK_KILL_JSON"
 NO_SHRINK_ENV = "FLASHCHECK_KILL_NO_SHRINK"
 
@@ -240,6 +244,45 @@ def run_all(names: list[str] | None = None, *, jobs: int = 2, out_dir: Path | No
         return list(pool.map(one, chosen))
 
 
+# ---- the tracked matrix ----------------------------------------------------------------------------
+
+def matrix_row(r: dict[str, Any]) -> dict[str, Any]:
+    """The tracked fields of a `run_zoo_kernel` result (no paths, no output)."""
+    return {"family": r["family"], "bug_class": r["bug_class"], "caught": bool(r["caught"]),
+            "test": _short_test(r["caught_by_test"]) if r["caught_by_test"] else None,
+            "property": r["caught_by_property"], "examples": r["examples_to_first_failure"],
+            "kernel_calls": r["kernel_calls_to_first_failure"], "seconds": r["seconds_to_first_failure"],
+            "wall_seconds": r["wall_seconds"]}
+
+
+def load_matrix(path: Path = MATRIX) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.exists() else {"environment": {}, "entries": {}}
+
+
+def record_matrix(rows: list[dict[str, Any]], env: dict[str, str], path: Path = MATRIX) -> dict[str, Any]:
+    """Write the rows run into the tracked matrix; entries not run keep their rows, GPU-only entries
+    get their reason, entries no longer in the zoo are dropped."""
+    from flashcheck.tests.zoo import zoo
+
+    old = load_matrix(path)["entries"]
+    new = {r["name"]: matrix_row(r) for r in rows}
+    entries = {}
+    for z in sorted(zoo(), key=lambda z: (z.family, z.name)):
+        if z.name in new:
+            entries[z.name] = new[z.name]
+        elif z.gpu_only:
+            entries[z.name] = {"family": z.family, "bug_class": z.bug_class, "caught": None, "gpu_only": z.gpu_only}
+        elif z.name in old:
+            entries[z.name] = old[z.name]
+    out = {"about": "The ci profile (derandomized) on the CPU against each known-bad zoo kernel, -x, Hypothesis "
+                    "shrinking skipped: caught, the first failing test and property, examples (distinct cases "
+                    "checked) and kernel calls until the first failing check, seconds from the session's start "
+                    "to it (CPU-load dependent), the subprocess's wall seconds. caught null: GPU only.",
+           "environment": {**env, "profile": "ci", "shrink": False}, "entries": entries}
+    path.write_text(json.dumps(out, indent=1, sort_keys=False) + "\n")
+    return out
+
+
 # ---- the report -----------------------------------------------------------------------------------
 
 def _short_test(nodeid: str | None) -> str:
@@ -291,10 +334,10 @@ def to_markdown(rows: list[dict[str, Any]], env: dict[str, str]) -> str:
 def _environment() -> dict[str, str]:
     import datetime as dt
 
+    from flashcheck.kernels import INTERPRET  # first: it switches the interpreter on before triton loads
+
     import torch
     import triton
-
-    from flashcheck.kernels import INTERPRET
 
     return {"date": dt.date.today().isoformat(), "device": "Triton interpreter (CPU)" if INTERPRET
             else torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
@@ -311,11 +354,18 @@ def main(argv: list[str] | None = None, *, out: Path | None = None) -> int:
     p.add_argument("--no-shrink", action="store_true", help="skip Hypothesis's shrink phase (faster)")
     p.add_argument("--pytest-args", default="", help="extra arguments for every pytest run (one string)")
     p.add_argument("--out", type=Path, default=out or DEFAULT_OUT)
+    p.add_argument("--record", action="store_true",
+                   help=f"also write the rows into the tracked matrix {MATRIX.name} (with --no-shrink, as tests/test_zoo.py runs)")
     args = p.parse_args(argv)
     if args.out.exists() and not args.out.is_dir():  # before hours of runs, not after
         p.error(f"--out {args.out}: is a file, not a folder")
-    args.out.mkdir(parents=True, exist_ok=True)
     env = _environment()
+    if args.record and (not args.no_shrink or args.all_failures or args.pytest_args
+                        or not env["device"].startswith("Triton interpreter")):
+        print("--record keeps the CPU's ci matrix: the runs tests/test_zoo.py makes (--no-shrink, without "
+              "--all-failures or --pytest-args) under the interpreter", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
     print(f"flashcheck kill matrix on {env['device']}")
     t0 = time.perf_counter()
     rows = run_all(args.zoo, jobs=args.jobs, out_dir=args.out, first_only=not args.all_failures,
@@ -326,6 +376,9 @@ def main(argv: list[str] | None = None, *, out: Path | None = None) -> int:
         tmp = args.out / f".{name}.tmp-{os.getpid()}"
         tmp.write_text(text)
         os.replace(tmp, args.out / name)
+    if args.record:
+        record_matrix(rows, env)
+        print(f"recorded {len(rows)} entries in {MATRIX}")
     survivors = [r["name"] for r in rows if not r["caught"]]
     print(f"wrote {args.out / 'kill_matrix.md'}, kill_matrix.json in {time.perf_counter() - t0:.0f}s: "
           f"{len(rows) - len(survivors)} of {len(rows)} caught")

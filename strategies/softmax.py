@@ -9,6 +9,7 @@ counterexample to a constant row plus the elements that matter.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Sequence
 
@@ -334,14 +335,51 @@ def subnormal_rows(draw, *, fmt: Format, max_n: int, max_m: int = 3, strided: bo
     return _finish(draw, v, fmt, f"subnormal/{mode}", strided)
 
 
+UNIFORM_KINDS = ("exact", "noisy", "halfway")
+
+
+@functools.lru_cache(maxsize=None)
+def _halfway_logits(fmt: Format) -> tuple[np.ndarray, np.ndarray]:
+    """Logits d of `fmt` in [-4, -2^-6] whose exponential exp(d) lies within an eighth of an ULP of
+    a rounding midpoint of `fmt` (fp32 rows: of fp16), near the bottom of its binade, so rounding it
+    to that format moves it by at least 3/4 of the unit roundoff: (those rounding down, those
+    rounding up). An fp32 exp is within a few 2^-24 of exact (ex2.approx too), far inside that margin,
+    so a kernel computing in fp32 sees the same sides."""
+    half = fmt if fmt.bits == 16 else FP16
+    d = np.unique(representable(np.linspace(-4.0, -2.0**-6, 1 << 17), half))
+    e = np.exp(d)
+    rel = (representable(e, half) - e) / e
+    u = half.unit_roundoff
+    return d[rel <= -0.75 * u], d[rel >= 0.75 * u]
+
+
+def _halfway_row(n: int, rng: np.random.Generator, fmt: Format) -> np.ndarray:
+    """A max of 0, a background of one logit whose exponential rounds down by nearly half a 16-bit
+    ULP, and 1-32 probes whose exponentials round up as much. Rounding every term to 16 bits (the
+    FP16-P shortcut of attention kernels, wrong in a softmax) shifts the sum of N equal terms by
+    nearly a relative unit roundoff, never averaging out, and the probes the other way: about 1.5
+    ULP in their outputs, past the 1 ULP contract. A correct fp32 kernel is unaffected."""
+    down, up = _halfway_logits(fmt)
+    row = np.full(n, rng.choice(down))
+    k = int(rng.integers(1, min(32, n - 1) + 1)) if n > 2 else 0
+    cols = rng.permutation(n)
+    row[cols[0]] = 0.0
+    row[cols[1:k + 1]] = rng.choice(up, size=k)
+    return row
+
+
 @composite
 def long_uniform_rows(draw, *, fmt: Format, max_n: int, max_m: int = 2, strided: bool = False) -> Case:
-    """Long rows of (nearly) equal values: an fp16 accumulator of the denominator stalls at 2048."""
+    """Long rows of (nearly) equal values: an fp16 accumulator of the denominator stalls at 2048;
+    "halfway" rows (`_halfway_row`) make terms rounded to 16 bits drift the sum past the bound."""
     m = draw(st.integers(1, max_m))
     n = draw(st.integers(max(1, max_n // 2), max_n))
-    mode = draw(_mode(("exact", "noisy")))
-    noise = [0.0, 1e-3] if mode == ALL else [{"exact": 0.0, "noisy": 1e-3}[mode]] * m
-    v = np.random.default_rng(draw(_seed())).standard_normal((len(noise), n)) * np.array(noise)[:, None]
+    mode = draw(_mode(UNIFORM_KINDS))
+    kinds = list(UNIFORM_KINDS) if mode == ALL else [mode] * m
+    rng = np.random.default_rng(draw(_seed()))
+    noise = {"exact": 0.0, "noisy": 1e-3}
+    v = np.stack([_halfway_row(n, rng, fmt) if k == "halfway" else rng.standard_normal(n) * noise[k]
+                  for k in kinds])
     return _finish(draw, v, fmt, f"long_uniform/{mode}", strided)
 
 

@@ -25,7 +25,7 @@ import torch
 from hypothesis import HealthCheck, settings
 
 from flashcheck.kernels.registry import REGISTRY, KernelSpec
-from flashcheck.oracles.formats import Format, format_of, to_float64
+from flashcheck.oracles.formats import Format, format_of, round_float64, to_float64
 from flashcheck.oracles.softmax import softmax_oracle
 from flashcheck.strategies.case import Case
 from flashcheck.strategies.softmax import CLASSES
@@ -231,6 +231,22 @@ def _long_uniform(exact: bool) -> Callable[[np.ndarray], bool]:
     return pred
 
 
+def _halfway(case: Case, fmt: Format) -> bool:
+    """A long row whose most common logit has an exponential (against the row max) that rounding to
+    `fmt` moves down by >= 3/4 of the unit roundoff, and another logit's that it moves up as much:
+    what 16-bit terms of the sum get wrong in one direction (strategies.softmax._halfway_row)."""
+    u = fmt.unit_roundoff
+    for r in _rows(case):
+        if len(r) < 1024 or not np.isfinite(r).all():
+            continue
+        vals, counts = np.unique(r - r.max(), return_counts=True)
+        e = np.exp(vals)
+        rel = (round_float64(e, fmt) - e) / e
+        if rel[np.argmax(counts)] <= -0.75 * u and (rel >= 0.75 * u).any():
+            return True
+    return False
+
+
 def _increasing(min_rise: float, block: int = 256) -> Callable[[np.ndarray], bool]:
     """The max of every chunk of `block` exceeds the previous chunk's (>= 3 chunks)."""
     def pred(r: np.ndarray) -> bool:
@@ -316,6 +332,7 @@ FEATURES = [
     # 11. long uniform
     Feature("long_uniform", "long_exactly_uniform", any_row(_long_uniform(True))),
     Feature("long_uniform", "long_nearly_uniform", any_row(_long_uniform(False))),
+    Feature("long_uniform", "halfway_exponentials", _halfway, dtypes=("fp16", "bf16"), needs_n=1024),
     # 12. increasing across blocks
     Feature("increasing", "increasing_every_block_256", any_row(_increasing(0.0)), needs_n=769),
     Feature("increasing", "increasing_rise_over_88", any_row(_increasing(88.0)), needs_n=769),

@@ -5,7 +5,9 @@ a subprocess, exactly as `pytest --kernel tests/zoo/<family>_bugs.py:NAME --fami
 does (stopping at the first failure, Hypothesis's shrink phase skipped: the same derandomized
 examples, so the same first failure, without the cost of minimizing it). A survivor means a
 strategy or a property is missing: fix the suite, never drop the zoo kernel.
-`python -m flashcheck.reports --kill-matrix` prints which test and property caught each one.
+`python -m flashcheck.reports --kill-matrix` prints which test and property caught each one; the
+CPU's ci matrix is tracked in reports/kill_matrix.json, and these tests hold the suite to it (every
+entry recorded, every recorded kill still a kill).
 
 Cheap checks first: on a hand-made trigger input, each broken kernel is wrong and its fixed twin
 (the same kernel with the bug switched off) is right, so a kill is the bug's doing.
@@ -113,16 +115,71 @@ def test_trigger_shows_the_bug_and_only_the_bug(name: str) -> None:
     assert not wrong(z.fixed, _trigger(z)), f"{name}: the fixed twin is wrong too: the zoo kernel has another defect"
 
 
+def _matrix() -> dict:
+    from flashcheck.reports.kill_matrix import load_matrix
+
+    return load_matrix()["entries"]
+
+
+def test_the_kill_matrix_records_every_zoo_entry_caught() -> None:
+    """reports/kill_matrix.json (tracked) lists every zoo entry, and every one the CPU can run as
+    caught: a new entry is recorded with its first kill (`python -m flashcheck.reports --kill-matrix
+    --no-shrink --record --zoo NAME`), and a survivor is fixed in the suite, never recorded."""
+    entries = _matrix()
+    assert sorted(entries) == sorted(ZOO), (
+        f"reports/kill_matrix.json is stale: not recorded {sorted(set(ZOO) - set(entries))}, "
+        f"no longer in the zoo {sorted(set(entries) - set(ZOO))}")
+    for name, row in entries.items():
+        if ZOO[name].gpu_only:
+            assert row["caught"] is None and row.get("gpu_only"), f"{name} is GPU only: recorded as not run on the CPU"
+        else:
+            assert row["caught"] is True and row["test"] and row["examples"], f"{name}: recorded as not caught: {row}"
+
+
 @pytest.mark.slow  # a subprocess run of the suite per zoo kernel
 @pytest.mark.parametrize("name", sorted(ZOO))
 def test_the_default_suite_catches_it(name: str) -> None:
-    from flashcheck.reports.kill_matrix import run_zoo_kernel
+    """Every entry the tracked matrix records as killed is still killed: reach cannot regress
+    silently. Where the kill now comes from another test or after more examples, the matrix is
+    stale (a warning, not a failure: any change to the strategies moves the derandomized draws)."""
+    from flashcheck.reports.kill_matrix import matrix_row, run_zoo_kernel
 
     if ZOO[name].gpu_only and kernels.INTERPRET:
         pytest.skip(f"GPU only: {ZOO[name].gpu_only}")
     r = run_zoo_kernel(ZOO[name], shrink=False, save_fixtures=False)
     crashed = r["returncode"] == 1 and r["all_failures"]
+    recorded = _matrix().get(name)
     assert r["caught"], (f"zoo kernel {name} ({r['bug_class']}) " + (
         f"CRASHED before the suite caught it (a crash is not a catch): {r['first_message']}" if crashed else
-        f"SURVIVED the ci suite (exit {r['returncode']}): a strategy or property is missing.")
+        f"SURVIVED the ci suite (exit {r['returncode']}): a strategy or property is missing"
+        + (f"; reports/kill_matrix.json records it killed by {recorded['test']} [{recorded['property']}] "
+           f"after {recorded['examples']} examples." if recorded and recorded.get("caught") else "."))
         + f"\n{r.get('output_tail') or ''}")
+    assert recorded, f"{name} is caught but not in reports/kill_matrix.json: record it (see the fast test above)"
+    now = matrix_row(r)
+    if kernels.INTERPRET and (now["test"], now["examples"]) != (recorded["test"], recorded["examples"]):
+        import warnings
+
+        warnings.warn(f"reports/kill_matrix.json is stale for {name}: recorded {recorded['test']} after "
+                      f"{recorded['examples']} examples, now {now['test']} after {now['examples']}", stacklevel=1)
+
+@pytest.mark.skipif(not kernels.INTERPRET, reason="about the interpreter: a GPU's tl.maximum is maxnum anyway")
+def test_exp_clamp_nan_is_seen_through_the_gpu_max(monkeypatch: pytest.MonkeyPatch) -> None:
+    """exp_clamp_nan is caught on the CPU only because flashcheck.interp_gpu gives tl.maximum the
+    GPU's maxnum semantics: with Triton's own NaN-propagating max the broken kernel is right."""
+    import triton.runtime.interpreter as interp
+
+    z, kw = ZOO["exp_clamp_nan"], _trigger(ZOO["exp_clamp_nan"])
+    assert _softmax_wrong(z.broken, kw)
+    monkeypatch.setattr(interp.InterpreterBuilder, "create_maxnumf",
+                        lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.maximum))
+    assert not _softmax_wrong(z.broken, kw), "the bug shows without the GPU's max: this test is stale"
+
+
+@pytest.mark.skipif(not kernels.INTERPRET, reason="about the interpreter: a GPU runs programs concurrently")
+def test_split_merge_race_is_invisible_to_the_interpreter() -> None:
+    """Why split_merge_race is GPU only: the interpreter runs programs in launch order, so the last
+    span's program always finds the other partials stored. If this fails, the interpreter has
+    learnt to reorder programs: drop the entry's gpu_only and let the CPU catch it."""
+    x = torch.as_tensor(np.random.default_rng(0).standard_normal((4, 1000)), dtype=torch.float32).to(kernels.DEVICE)
+    assert not _softmax_wrong(ZOO["split_merge_race"].broken, {"x": x})

@@ -15,10 +15,13 @@ configurations) that validates its input like a production kernel, so the suite 
 not a missing TypeError. Run one with
 `pytest --kernel tests/zoo/softmax_bugs.py:NAME --family softmax -x`.
 
-Two entries are GPU-only (`ZooKernel.gpu_only` gives the reason; tests/test_zoo.py skips them
+Three entries are GPU-only (`ZooKernel.gpu_only` gives the reason; tests/test_zoo.py skips them
 under the interpreter and the CPU kill matrix leaves them out): int32 offset overflow (xformers
-#719; it needs M * N > 2^31 elements, 4 GiB in fp16, out of the interpreter's reach) and an
-unguarded fast exp (the hardware's `ex2.approx.f16`, inline PTX the interpreter cannot run).
+#719; it needs M * N > 2^31 elements, 4 GiB in fp16, out of the interpreter's reach), an
+unguarded fast exp (the hardware's `ex2.approx.f16`, inline PTX the interpreter cannot run) and
+a race between the programs of a one-launch split softmax (the interpreter runs them in order).
+`exp_clamp_nan` depends on the GPU's NaN-ignoring `tl.maximum`, which the interpreter follows
+(flashcheck.interp_gpu), so the CPU catches it.
 """
 from __future__ import annotations
 
@@ -31,15 +34,17 @@ import torch
 from flashcheck import kernels  # noqa: F401  (the interpreter switch, before triton)
 from flashcheck.kernels import DEVICE
 from flashcheck.kernels._common import LOG2E, bf16_as_bits, check_float, check_out, kernel_view, load_f32, store_f32, tl, triton
+from flashcheck.kernels.attention import _round_bf16_in_f32
 from flashcheck.tests.zoo import ZooKernel
 
 _LOG2E = tl.constexpr(LOG2E)
 
 # Bug switches (constexpr values).
 NONE, STRIDES, ZERO_PAD, SENTINEL, NAN_SWALLOW, NO_MAX, INT32_OFFSETS, FAST_EXP = 0, 1, 2, 3, 4, 5, 6, 7
+EXP_CLAMP, EXP_CLAMP_NAN = 8, 9
 RESCALE_NAN, STICKY, NO_RESCALE, FP16_SUM, TAIL = 11, 12, 13, 14, 15
-READ_PAST, WRITE_PAST = 16, 17
-MERGE_NAN = 21
+READ_PAST, WRITE_PAST, ROUND_EXP = 16, 17, 18
+MERGE_NAN, LAST_SPAN_MERGES = 21, 22
 
 # Sizes and row strides are not specialised (do_not_specialize): on a GPU the suite run against one
 # zoo kernel draws hundreds of lengths, and a binary per length (a second each) made a single
@@ -58,7 +63,8 @@ def _validate(x: torch.Tensor) -> None:
 
 @triton.jit(do_not_specialize=["N", "sxm", "sym"])
 def _row_kernel(x_ptr, y_ptr, N, sxm, sxn, sym, syn,
-                BLOCK_N: tl.constexpr, X_BITS: tl.constexpr, Y_BITS: tl.constexpr, BUG: tl.constexpr):
+                BLOCK_N: tl.constexpr, X_BITS: tl.constexpr, Y_BITS: tl.constexpr, BUG: tl.constexpr,
+                P16: tl.constexpr = 0):
     row = tl.program_id(0).to(tl.int64)
     x_off = row * sxm
     y_off = row * sym
@@ -87,13 +93,25 @@ def _row_kernel(x_ptr, y_ptr, N, sxm, sxn, sym, syn,
         t = ((x - tl.max(x, axis=0)) * _LOG2E).to(tl.float16)
         e = tl.inline_asm_elementwise("ex2.approx.f16 $0, $1;", "=h,h", [t], dtype=tl.float16, is_pure=True,
                                       pack=1).to(tl.float32)
+    elif BUG == 8:  # EXP_CLAMP: the exponent clamped with a NaN-dropping max (the GPU's maxnum)
+        e = tl.exp2(tl.maximum((x - tl.max(x, axis=0)) * _LOG2E, -200.0))
+    elif BUG == 9:  # the same clamp, NaN propagated (the fixed twin)
+        e = tl.exp2(tl.maximum((x - tl.max(x, axis=0)) * _LOG2E, -200.0, propagate_nan=tl.PropagateNan.ALL))
     else:
         m = tl.max(x, axis=0)
         e = tl.exp2((x - m) * _LOG2E)
+    if BUG == 18:  # ROUND_EXP: each exponential rounded to the 16-bit input format (P16: 1 fp16, 2 bf16)
+        if P16 == 1:
+            e = e.to(tl.float16).to(tl.float32)
+        elif P16 == 2:  # exact round-to-nearest-even (the interpreter's bf16 cast truncates)
+            e = _round_bf16_in_f32(e)
     y = e / tl.sum(e, axis=0)
     if BUG == 17:  # WRITE_PAST: the store mask off by one: lane N (a padding lane, y = 0) is written too
         mask = cols <= N
     store_f32(y_ptr + y_off + cols * syn, y, mask, Y_BITS)
+
+
+_P16 = {torch.float16: 1, torch.bfloat16: 2}
 
 
 def _row(x: torch.Tensor, bug: int) -> torch.Tensor:
@@ -104,7 +122,7 @@ def _row(x: torch.Tensor, bug: int) -> torch.Tensor:
         return y
     _row_kernel[(m,)](kernel_view(x), kernel_view(y), n, x.stride(0), x.stride(1), y.stride(0), y.stride(1),
                       BLOCK_N=max(256, triton.next_power_of_2(n)), X_BITS=bf16_as_bits(x.dtype),
-                      Y_BITS=bf16_as_bits(y.dtype), BUG=bug)
+                      Y_BITS=bf16_as_bits(y.dtype), BUG=bug, P16=_P16.get(x.dtype, 0))
     return y
 
 
@@ -167,9 +185,9 @@ def _online(x: torch.Tensor, bug: int, block: int = 256) -> torch.Tensor:
 # Split-row kernel
 # --------------------------------------------------------------------------------------------
 
-@triton.jit(do_not_specialize=["N", "NB", "sxm"])
-def _split_stats_kernel(x_ptr, ws_m, ws_l, N, NB, sxm, sxn, SPAN: tl.constexpr, X_BITS: tl.constexpr):
-    pid = tl.program_id(0).to(tl.int64)
+@triton.jit
+def _span_stats(x_ptr, ws_m, ws_l, pid, N, NB, sxm, sxn, SPAN: tl.constexpr, X_BITS: tl.constexpr):
+    """Store the (max, sum) of program pid's span (row pid // NB, span pid % NB)."""
     row = pid // NB
     cols = (pid % NB) * SPAN + tl.arange(0, SPAN)
     x = load_f32(x_ptr + row * sxm + cols * sxn, cols < N, X_BITS)
@@ -179,14 +197,20 @@ def _split_stats_kernel(x_ptr, ws_m, ws_l, N, NB, sxm, sxn, SPAN: tl.constexpr, 
     tl.store(ws_l + pid, tl.sum(tl.exp2((x - ref) * _LOG2E), axis=0))
 
 
-@triton.jit(do_not_specialize=["NB"])
-def _split_merge_kernel(ws_m, ws_l, row_m, row_l, NB, BUG: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
+@triton.jit(do_not_specialize=["N", "NB", "sxm"])
+def _split_stats_kernel(x_ptr, ws_m, ws_l, N, NB, sxm, sxn, SPAN: tl.constexpr, X_BITS: tl.constexpr):
+    _span_stats(x_ptr, ws_m, ws_l, tl.program_id(0).to(tl.int64), N, NB, sxm, sxn, SPAN, X_BITS)
+
+
+@triton.jit
+def _merge_row(ws_m, ws_l, row, NB, BUG: tl.constexpr):
+    """The row's (max, sum) from its NB span partials (volatile loads: in the one-launch variant
+    other programs wrote them)."""
     m = tl.max(tl.full([2], float("-inf"), tl.float32), axis=0)  # the empty state (-inf, 0)
     l = tl.sum(tl.zeros([2], tl.float32), axis=0)
     for j in range(0, NB):
-        mi = tl.load(ws_m + row * NB + j)
-        li = tl.load(ws_l + row * NB + j)
+        mi = tl.load(ws_m + row * NB + j, volatile=True)
+        li = tl.load(ws_l + row * NB + j, volatile=True)
         m_new = tl.maximum(m, mi)
         if BUG == 21:  # MERGE_NAN: two empty states give exp(-inf - -inf) = NaN
             ref = m_new
@@ -194,6 +218,13 @@ def _split_merge_kernel(ws_m, ws_l, row_m, row_l, NB, BUG: tl.constexpr):
             ref = tl.where(m_new == float("-inf"), 0.0, m_new)
         l = l * tl.exp2((m - ref) * _LOG2E) + li * tl.exp2((mi - ref) * _LOG2E)
         m = m_new
+    return m, l
+
+
+@triton.jit(do_not_specialize=["NB"])
+def _split_merge_kernel(ws_m, ws_l, row_m, row_l, NB, BUG: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    m, l = _merge_row(ws_m, ws_l, row, NB, BUG)
     tl.store(row_m + row, m)
     tl.store(row_l + row, l)
 
@@ -210,7 +241,26 @@ def _split_normalize_kernel(x_ptr, y_ptr, row_m, row_l, N, NB, sxm, sxn, sym, sy
     store_f32(y_ptr + row * sym + cols * syn, y, mask, Y_BITS)
 
 
-def _split(x: torch.Tensor, bug: int, span: int = 256) -> torch.Tensor:
+@triton.jit(do_not_specialize=["N", "NB", "sxm"])
+def _split_ticket_kernel(x_ptr, ws_m, ws_l, tickets, row_m, row_l, N, NB, sxm, sxn,
+                         SPAN: tl.constexpr, X_BITS: tl.constexpr, BUG: tl.constexpr):
+    """One launch for the stats and the merge: every program stores its span's (max, sum) and
+    takes a ticket from its row's counter; the holder of the last ticket merges the row."""
+    pid = tl.program_id(0).to(tl.int64)
+    row = pid // NB
+    _span_stats(x_ptr, ws_m, ws_l, pid, N, NB, sxm, sxn, SPAN, X_BITS)
+    if BUG == 22:  # LAST_SPAN_MERGES: no ticket; the row's last span merges, as if programs ran in order
+        last = (pid % NB) == NB - 1
+    else:  # acq_rel (the default): the stores above are visible to the last ticket's holder
+        last = tl.atomic_add(tickets + row, 1) == NB - 1
+    if last:
+        m, l = _merge_row(ws_m, ws_l, row, NB, 0)
+        tl.store(row_m + row, m)
+        tl.store(row_l + row, l)
+
+
+def _split(x: torch.Tensor, bug: int, span: int = 256, *, one_launch: bool = False) -> torch.Tensor:
+    """Split-row softmax: stats and merge in two launches, or in one (`_split_ticket_kernel`)."""
     _validate(x)
     m, n = x.shape
     y = torch.empty_like(x, memory_format=torch.contiguous_format)
@@ -220,8 +270,13 @@ def _split(x: torch.Tensor, bug: int, span: int = 256) -> torch.Tensor:
     ws = torch.empty((2, m * nb), dtype=torch.float32, device=x.device)
     st = torch.empty((2, m), dtype=torch.float32, device=x.device)
     xk, yk, xb, yb = kernel_view(x), kernel_view(y), bf16_as_bits(x.dtype), bf16_as_bits(y.dtype)
-    _split_stats_kernel[(m * nb,)](xk, ws[0], ws[1], n, nb, x.stride(0), x.stride(1), SPAN=span, X_BITS=xb)
-    _split_merge_kernel[(m,)](ws[0], ws[1], st[0], st[1], nb, BUG=bug)
+    if one_launch:
+        tickets = torch.zeros(m, dtype=torch.int32, device=x.device)
+        _split_ticket_kernel[(m * nb,)](xk, ws[0], ws[1], tickets, st[0], st[1], n, nb, x.stride(0), x.stride(1),
+                                        SPAN=span, X_BITS=xb, BUG=bug)
+    else:
+        _split_stats_kernel[(m * nb,)](xk, ws[0], ws[1], n, nb, x.stride(0), x.stride(1), SPAN=span, X_BITS=xb)
+        _split_merge_kernel[(m,)](ws[0], ws[1], st[0], st[1], nb, BUG=bug)
     _split_normalize_kernel[(m * nb,)](xk, yk, st[0], st[1], n, nb, x.stride(0), x.stride(1), y.stride(0),
                                        y.stride(1), SPAN=span, X_BITS=xb, Y_BITS=yb)
     return y
@@ -348,6 +403,16 @@ def fp16_denominator(x: torch.Tensor) -> torch.Tensor:
     return _online(x, FP16_SUM)
 
 
+def exp_rounded_16bit(x: torch.Tensor) -> torch.Tensor:
+    """Each exponential rounded to the 16-bit input format (fp16, bf16) before it is summed and
+    divided: `p = tl.exp(x - m).to(x.dtype)`, the attention kernels' P in 16 bits carried over to a
+    softmax, whose contract is 1 ULP. Every term is off by up to half a 16-bit ULP; rounded the same
+    way over a long row of near-equal logits they shift the sum by a relative 2^-11 (fp16) and the
+    quotient by about 1.5 ULP. fp32 inputs are unaffected. ik_llama.cpp PR #1196 (16-bit softmax
+    terms), the FP16-P shortcut of flash kernels (NUMERICS.md section 3: legal for attention only)."""
+    return _row(x, ROUND_EXP)
+
+
 def missing_rescale(x: torch.Tensor) -> torch.Tensor:
     """The accumulated sum is not rescaled by exp(m_old - m_new) when a later chunk raises the
     max: rows increasing across chunk boundaries get a denominator that is far too large.
@@ -376,6 +441,26 @@ def split_merge_nan(x: torch.Tensor) -> torch.Tensor:
     all -inf span (-inf, 0) into the initial (-inf, 0) computes exp(-inf - -inf) = NaN.
     FlashInfer #4051 (merge of two empty states)."""
     return _split(x, MERGE_NAN)
+
+
+def split_merge_race(x: torch.Tensor) -> torch.Tensor:
+    """A one-launch split-row softmax that leaves the merge of a row's partial (max, sum) pairs to
+    the program of its last span, without waiting for the others, as if programs ran in launch
+    order: on a GPU they run concurrently, and the last span (often a short tail) is done first and
+    merges partials not yet stored (stale workspace). The fixed twin counts finished spans with an
+    acq_rel atomic ticket and lets the last finisher merge (the "last block reduces" pattern: CUDA's
+    threadFenceReduction sample; Triton split-K semaphores). GPU only: the interpreter runs the
+    programs one after another in launch order, exactly the assumption the bug makes."""
+    return _split(x, LAST_SPAN_MERGES, one_launch=True)
+
+
+def exp_clamp_nan(x: torch.Tensor) -> torch.Tensor:
+    """The exponent clamped to keep exp2 in range, `tl.maximum((x - m) * log2e, -200)`: on a GPU
+    tl.maximum ignores NaN (PTX max.f32, maxnum) and a NaN logit becomes exp2(-200) = 0, so its row
+    comes out finite instead of NaN. Triton's interpreter propagated NaN (np.maximum) and could not
+    see it; flashcheck.interp_gpu makes it follow the GPU. intel torch-xpu-ops PR #5022 (tl.maximum
+    does not propagate NaN by default); the fix: propagate_nan=tl.PropagateNan.ALL (the fixed twin)."""
+    return _row(x, EXP_CLAMP)
 
 
 def config_dependent_bits(x: torch.Tensor, *, block_n: int = 256) -> torch.Tensor:
@@ -451,6 +536,16 @@ def _past_2_31_trigger() -> dict:
     return {"x": x, "rows": [0, (1 << 21) - 1, 1 << 21, m - 1]}
 
 
+def _halfway_trigger() -> dict:
+    """fp16 rows of 2000: a max of 0, a background whose exponential rounds down by nearly half an
+    fp16 ULP, 32 probes whose exponentials round up as much (strategies.softmax._halfway_row)."""
+    from flashcheck.oracles.formats import FP16
+    from flashcheck.strategies.softmax import _halfway_row
+
+    rng = _rng()
+    return {"x": _t(np.stack([_halfway_row(2000, rng, FP16) for _ in range(4)]), torch.float16)}
+
+
 def _guarded_out_trigger() -> dict:
     x = _t(_rng().standard_normal((3, 300)))
     buf = torch.full((3 * 310 + 5,), 7.0, device=DEVICE)
@@ -468,10 +563,14 @@ _TRIGGERS = {
     "nan_swallowed": lambda: {"x": _t([[1.0, np.nan, 2.0]])},
     "fp16_denominator": lambda: {"x": _t(_rng().standard_normal((2, 1000)))},
     "missing_rescale": lambda: {"x": _t(np.cumsum(0.1 * _rng().random((2, 600)), axis=1))},
+    "exp_rounded_16bit": _halfway_trigger,
     "split_merge_nan": lambda: _lead_masked(600, 256, low=False),
     "int32_offsets": _past_2_31_trigger,
     "fast_exp_unguarded": lambda: {"x": _t(np.linspace(-30.0, 0.0, 300)[None, :].repeat(2, 0))},
     "config_dependent_bits": lambda: {"x": _t(_rng().standard_normal((4, 1500)))},
+    # many rows of 16 spans, the last a short tail: on a GPU some row merges early with near certainty
+    "split_merge_race": lambda: {"x": _t(_rng().standard_normal((256, 3900)))},
+    "exp_clamp_nan": lambda: {"x": _t([[1.0, np.nan, 2.0], [0.5, -1.0, 3.0]])},
     "out_strides_ignored": _guarded_out_trigger,
     "read_past_row": lambda: {"x": _t(_rng().standard_normal((3, 300)))},
     "write_past_row": _guarded_out_trigger,
@@ -488,10 +587,15 @@ _CLASSES = {
     "nan_swallowed": ("NaN swallowed by the max", "matches_oracle"),
     "fp16_denominator": ("fp16 accumulation of the denominator", "matches_oracle"),
     "missing_rescale": ("missing rescale of the accumulator when the max grows", "matches_oracle"),
+    "exp_rounded_16bit": ("exponentials rounded to 16 bits before the sum (FP16-P in a softmax)",
+                          "matches_oracle (long_uniform/halfway)"),
     "split_merge_nan": ("exp(-inf - -inf) = NaN in a merge of two empty states (split-row)", "matches_oracle"),
     "int32_offsets": ("int32 offset overflow (M * N > 2^31)", "test_softmax_gpu past 2^31 elements"),
     "fast_exp_unguarded": ("unguarded fast exp (ex2.approx.f16)", "matches_oracle"),
     "config_dependent_bits": ("launch configurations give different bits", "configs_identical"),
+    "split_merge_race": ("race in a split-row merge (reads other programs' partials without waiting)",
+                         "matches_oracle / configs_and_determinism (GPU)"),
+    "exp_clamp_nan": ("NaN swallowed by tl.maximum (maxnum) in an exponent clamp", "special_values"),
     "out_strides_ignored": ("output strides ignored (writes outside the out= view)", "guard_bands"),
     "read_past_row": ("out-of-bounds read (load mask off by one)", "interpreter bounds check / matches_oracle"),
     "write_past_row": ("out-of-bounds write (store mask off by one)", "interpreter bounds check / guard_bands"),
@@ -508,10 +612,13 @@ _FIXED = {
     "nan_swallowed": functools.partial(_row, bug=NONE),
     "fp16_denominator": functools.partial(_online, bug=NONE),
     "missing_rescale": functools.partial(_online, bug=NONE),
+    "exp_rounded_16bit": functools.partial(_row, bug=NONE),
     "split_merge_nan": functools.partial(_split, bug=NONE),
     "int32_offsets": functools.partial(_row, bug=NONE),
     "fast_exp_unguarded": functools.partial(_row, bug=NONE),
     "config_dependent_bits": _fixed_config,
+    "split_merge_race": functools.partial(_split, bug=NONE, one_launch=True),
+    "exp_clamp_nan": functools.partial(_row, bug=EXP_CLAMP_NAN),
     "out_strides_ignored": _fixed_out,
     "read_past_row": functools.partial(_row, bug=NONE),
     "write_past_row": _fixed_out,
@@ -520,6 +627,8 @@ _FIXED = {
 _GPU_ONLY = {
     "int32_offsets": "needs a tensor of more than 2^31 elements (4 GiB fp16): out of the interpreter's reach",
     "fast_exp_unguarded": "inline PTX (ex2.approx.f16): the interpreter cannot run it and computes exp2 exactly",
+    "split_merge_race": "a race between programs: the interpreter runs them one after another in launch order, "
+                        "so the last span's program always finds the other partials stored",
 }
 
 ZOO: dict[str, ZooKernel] = {}
