@@ -7,12 +7,12 @@ of the file is kept byte for byte, so a mutant's diff is one line), and runs the
 against each mutant, one at a time, in a subprocess:
 
     CI=true pytest <family test files> --family F -k "<specs whose code the mutant changes>" -x
-           --no-save-fixtures -p flashcheck.mutants -p flashcheck.reports.kill_matrix
+           --no-save-fixtures -p flashcheck.mutants -p flashcheck.killrun
 
 with FLASHCHECK_MUTANT naming the mutated source: this module, loaded as a pytest plugin, installs
 an import hook before anything imports `flashcheck.kernels`, so `flashcheck.kernels.<module>` is
 the mutated file (Triton reads the kernels' source from it too). Hypothesis's shrink phase is
-skipped (reports/kill_matrix.py's switch): only "is it caught" matters.
+skipped (flashcheck/killrun.py's switch): only "is it caught" matters.
 
 Outcome per mutant: killed (the catching test, the property, the exception), survived, timed out,
 crashed (the pytest process died), or equivalent-candidate: a survivor whose outputs are bit
@@ -651,9 +651,9 @@ def probe_main() -> None:
 
 
 def _probe_first(spec_file: Path, probe_out: Path, timeout: float) -> dict[str, Any] | None:
-    from flashcheck.reports.kill_matrix import _clean_env
+    from flashcheck.killrun import clean_env
 
-    env = _clean_env()
+    env = clean_env()
     env[MUTANT_ENV] = str(spec_file)
     try:
         subprocess.run([sys.executable, "-c", "import flashcheck.mutants as M; M.probe_main()"], cwd=HOME, env=env,
@@ -667,7 +667,7 @@ def run_mutant(m: Mutant, *, timeout: float, probe_first: bool = False) -> dict[
     """Run the suite against one mutant. probe_first: run the bit-equivalence probe before the suite
     and skip the suite when the mutant is bit-identical on every probe (status
     equivalent_candidate, `suite_skipped`): on a loaded CPU a survivor costs the whole suite."""
-    from flashcheck.reports.kill_matrix import run_pytest
+    from flashcheck.killrun import run_pytest
 
     tmp = Path(tempfile.mkdtemp(prefix="mutant-"))
     path = tmp / f"{m.module}.py"

@@ -31,7 +31,6 @@ from flashcheck.oracles.attention import (
 )
 from flashcheck.oracles.bounds import ones_v_tolerance
 from flashcheck.oracles.formats import FP32, Format, format_of, to_float64
-from flashcheck.reports.attention import blocking
 from flashcheck.strategies.attention import case_inputs, is_varlen, varlen_inputs
 
 FAMILY = "attention"
@@ -42,6 +41,22 @@ METAMORPHIC_PROPERTIES = ("deterministic", "configs_identical", "tunings_within_
                           "lse_agrees_with_weights")
 VARLEN_PROPERTIES = ("varlen_sequences_isolated",)
 ORACLE_KEYS = ("causal", "scale", "kv_lens", "window", "softcap", "causal_align", "attn_mask")
+
+
+def blocking(spec: KernelSpec, head_dim: int, n: int, dtype: torch.dtype,
+             kw: dict | None = None) -> tuple[int, int]:
+    """(block_n, n_blocks) the bound needs: the kernel's own when its spec says, its declared
+    block_n, else the worst case of one dot over every key and one rescale per key; split-KV
+    (kw's num_splits) adds one rescale per split."""
+    fn = spec.extra.get("blocking")
+    if fn is not None:
+        bn, nb = fn(head_dim, n, dtype)
+    elif spec.block_n:
+        bn, nb = spec.block_n, max(1, -(-n // spec.block_n))
+    else:
+        bn, nb = max(n, 1), max(n, 1)
+    splits = int((kw or {}).get("num_splits", 1) or 1)
+    return bn, nb + (splits if splits > 1 else 0)
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from flashcheck.kernels.registry import KernelSpec
+from flashcheck.properties_attention import blocking
 from flashcheck.oracles.attention import AttentionOracle, attention_oracle, compare_attention, effective_scale
 from flashcheck.oracles.formats import Format, to_float64, ulp_of
 from flashcheck.strategies.attention import CLASSES, case_inputs, is_varlen, varlen_inputs
@@ -37,22 +38,6 @@ def strategies(specs: list[KernelSpec], fmt: Format) -> dict[str, Any]:
     max_d = max(s.max_head_dim for s in specs)
     return {cls: st(dtype=fmt.torch_dtype, max_head_dim=None if cls == "odd_head_dims" else max_d)
             for cls, st in CLASSES.items()}
-
-
-def blocking(spec: KernelSpec, head_dim: int, n: int, dtype: torch.dtype,
-             kw: dict | None = None) -> tuple[int, int]:
-    """(block_n, n_blocks) the bound needs: the kernel's own when its spec says, its declared
-    block_n, else the worst case of one dot over every key and one rescale per key; split-KV
-    (kw's num_splits) adds one rescale per split."""
-    fn = spec.extra.get("blocking")
-    if fn is not None:
-        bn, nb = fn(head_dim, n, dtype)
-    elif spec.block_n:
-        bn, nb = spec.block_n, max(1, -(-n // spec.block_n))
-    else:
-        bn, nb = max(n, 1), max(n, 1)
-    splits = int((kw or {}).get("num_splits", 1) or 1)
-    return bn, nb + (splits if splits > 1 else 0)
 
 
 def class_names() -> list[str]:

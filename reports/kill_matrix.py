@@ -3,7 +3,7 @@
 `python -m flashcheck.reports --kill-matrix` (or `python -m flashcheck.reports.kill_matrix`) runs, for each zoo kernel,
 
     CI=true pytest tests --kernel tests/zoo/<family>_bugs.py:NAME --family <family> -x
-           -p no:xdist -p no:cacheprovider --fixture-dir <out>/kill_fixtures/NAME -p flashcheck.reports.kill_matrix
+           -p no:xdist -p no:cacheprovider --fixture-dir <out>/kill_fixtures/NAME -p flashcheck.killrun
 
 in a subprocess (the suite exactly as CI runs it against an external kernel, stopping at the first
 failure), and writes `kill_matrix.md` and `kill_matrix.json`: bug class x the test and property
@@ -11,18 +11,13 @@ that caught it, how many examples (distinct cases checked, over every test run s
 calls and seconds it took until the first failing check, and the shrunk counterexample (the
 exact-bit fixture the harness saved, and the failure message).
 
-This module is also the pytest plugin that measures those numbers inside the subprocess (`-p
-reports.kill_matrix`, active only when FLASHCHECK_KILL_JSON names the file to write): it wraps the
-kernel under test to count calls and every registered property to note the first failure.
+The numbers are measured inside the subprocess by the engine's plugin, `flashcheck.killrun`.
 """
 from __future__ import annotations
 
-import dataclasses
-import functools
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,116 +25,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import pytest
 
-from flashcheck import HOME as ROOT
+from flashcheck.killrun import run_pytest
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
 #: The tracked kill matrix (committed): per zoo entry, whether the ci profile on the CPU catches it,
 #: with which test and property, and after how many examples and seconds. tests/test_zoo.py holds
 #: the suite to it; `python -m flashcheck.reports --kill-matrix --no-shrink --record` rewrites it.
 MATRIX = Path(__file__).resolve().parent / "kill_matrix.json"
-KILL_ENV = "FLASHCHECK_KILL_JSON"
-NO_SHRINK_ENV = "FLASHCHECK_KILL_NO_SHRINK"
-
-# ---- the pytest plugin (inside the subprocess) ---------------------------------------------------
-
-_S: dict[str, Any] = {}
-
-
-def _active() -> bool:
-    return bool(os.environ.get(KILL_ENV))
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_configure(config) -> None:  # noqa: ANN001
-    if not _active():
-        return
-    _S.update(t0=time.perf_counter(), calls=0, cases=0, last_case=None, first=None, last_fail=None,
-              tests_passed=0, tests_failed=[], kernel=None)
-
-    # After tests/conftest.py has put the external kernel in the registry: count its calls.
-    from flashcheck.kernels.registry import REGISTRY
-
-    if REGISTRY:
-        spec = REGISTRY[0]
-        inner = spec.fn
-
-        @functools.wraps(inner)
-        def counted(*a, **kw):
-            _S["calls"] += 1
-            return inner(*a, **kw)
-
-        REGISTRY[0] = dataclasses.replace(spec, fn=counted)
-        _S["kernel"] = spec.name
-
-
-
-def pytest_collection_finish(session) -> None:  # noqa: ANN001
-    if not _active():
-        return
-    from flashcheck import harness
-
-    for key, fn in list(harness.PROPERTIES.items()):
-        harness.PROPERTIES[key] = _watch(key[1], fn)
-    if os.environ.get(NO_SHRINK_ENV):
-        # Only "is it caught": generation is unchanged (derandomized), shrinking is skipped.
-        from hypothesis import Phase, settings
-
-        for item in session.items:
-            obj = getattr(item, "obj", None)
-            s = getattr(obj, "_hypothesis_internal_use_settings", None)
-            if s is not None and getattr(obj, "is_hypothesis_test", False) and Phase.shrink in s.phases:
-                obj._hypothesis_internal_use_settings = settings(s, phases=[Phase.explicit, Phase.generate])
-
-
-def _watch(name: str, fn):
-    @functools.wraps(fn)
-    def watched(spec, case):
-        if case is not _S["last_case"]:
-            _S["last_case"] = case
-            _S["cases"] += 1
-        try:
-            return fn(spec, case)
-        except Exception as exc:
-            record = {"property": name, "case": repr(case), "message": f"{type(exc).__name__}: {exc}",
-                      "exception": type(exc).__name__, "check": isinstance(exc, AssertionError)}
-            if _S["first"] is None:
-                _S["first"] = dict(record, seconds=round(time.perf_counter() - _S["t0"], 2),
-                                   examples=_S["cases"], kernel_calls=_S["calls"],
-                                   tests_passed_before=_S["tests_passed"])
-            _S["last_fail"] = record  # after shrinking: the minimal case Hypothesis replays last
-            raise
-    return watched
-
-
-def pytest_runtest_logreport(report) -> None:  # noqa: ANN001
-    if not _active():
-        return
-    if report.when == "call" and report.passed:
-        _S["tests_passed"] += 1
-    elif report.failed:
-        text = str(report.longrepr)
-        _S["tests_failed"].append({"nodeid": report.nodeid, "when": report.when,
-                                   "duration": round(report.duration, 2),
-                                   "summary": text.strip().splitlines()[-1][:400] if text.strip() else ""})
-
-
-def pytest_sessionfinish(session, exitstatus) -> None:  # noqa: ANN001
-    if not _active():
-        return
-    out = {k: _S.get(k) for k in ("kernel", "calls", "cases", "first", "last_fail", "tests_passed", "tests_failed")}
-    out["exitstatus"] = int(exitstatus)
-    out["wall_seconds"] = round(time.perf_counter() - _S.get("t0", time.perf_counter()), 2)
-    Path(os.environ[KILL_ENV]).write_text(json.dumps(out, indent=1))
-
 
 # ---- the runner ------------------------------------------------------------------------------------
-
-def _clean_env() -> dict[str, str]:
-    from flashcheck.selftest import clean_env
-
-    return clean_env({"CI": "true"})  # the derandomized ci profile
-
 
 def _fixture_summary(directory: Path) -> dict[str, Any] | None:
     paths = sorted(p for p in directory.glob("*.json") if not p.name.startswith("."))
@@ -151,38 +45,6 @@ def _fixture_summary(directory: Path) -> dict[str, Any] | None:
                for k, t in payload["tensors"].items()}
     return {"file": str(paths[0]), "property": payload["property"], "label": payload["label"],
             "kwargs": payload["kwargs"], "tensors": tensors, "message": payload["message"]}
-
-
-def run_pytest(args: list[str], *, env_extra: dict[str, str] | None = None, shrink: bool = True,
-               timeout: float = 900) -> dict[str, Any]:
-    """`pytest ARGS -p flashcheck.reports.kill_matrix` in a subprocess (the ci profile, one process, no
-    cache), measured by this plugin: returncode, timed_out, wall_seconds, the output's tail and the
-    plugin's JSON (`data`). shrink=False skips Hypothesis's shrink phase. Also used by
-    flashcheck.mutants."""
-    tmp = Path(tempfile.mkdtemp(prefix="kill-run-"))
-    result_json = tmp / "result.json"
-    if not any(a == "--fixture-dir" or a.startswith("--fixture-dir=") for a in args):
-        # Never the suite's tests/regressions: a mutant or a zoo kernel is broken on purpose.
-        args = [*args, f"--fixture-dir={tmp / 'fixtures'}"]
-    cmd = [sys.executable, "-m", "pytest", *args, "-p", "no:xdist", "-p", "no:cacheprovider",
-           "-p", "flashcheck.reports.kill_matrix", "-q", "--no-header", "-W", "ignore::DeprecationWarning"]
-    env = _clean_env()
-    env.update(env_extra or {})
-    env[KILL_ENV] = str(result_json)
-    if not shrink:
-        env[NO_SHRINK_ENV] = "1"
-    t0 = time.perf_counter()
-    timed_out = False
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-        rc, tail = proc.returncode, (proc.stdout + proc.stderr)[-3000:]
-    except subprocess.TimeoutExpired as e:
-        timed_out = True
-        rc, tail = -1, f"timed out after {timeout}s\n" + str(e.stdout or "")[-2000:]
-    wall = time.perf_counter() - t0
-    data = json.loads(result_json.read_text()) if result_json.exists() else {}
-    shutil.rmtree(tmp, ignore_errors=True)
-    return {"returncode": rc, "timed_out": timed_out, "wall_seconds": round(wall, 1), "tail": tail, "data": data}
 
 
 def run_zoo_kernel(z, *, out_dir: Path | None = None, first_only: bool = True, shrink: bool = True,
