@@ -56,6 +56,16 @@ def margin(family: str, name: str) -> Callable[[Margin], Margin]:
     return deco
 
 
+#: Distinct cases checked in this process ([count, the last case]): how much a test checked.
+EXAMPLES: list[Any] = [0, None]
+
+
+def _count_example(case: Case) -> None:
+    if EXAMPLES[1] is not case:  # several properties of one case are one example
+        EXAMPLES[0] += 1
+        EXAMPLES[1] = case
+
+
 def check(spec: KernelSpec, name: str, case: Case, *, save: bool = True) -> None:
     """Run a property; if this is Hypothesis's final (shrunk) failing example, save a fixture.
     Inside a Hypothesis test it also reports coverage events (class, kind, layout, size) and targets
@@ -71,6 +81,7 @@ def check(spec: KernelSpec, name: str, case: Case, *, save: bool = True) -> None
     from flashcheck import isolation
     from flashcheck.faults import GpuFault
 
+    _count_example(case)
     host = _host_case(case)  # after a GPU fault the device copy cannot be read back
     isolation.note_input(spec, name, host)
     try:

@@ -672,6 +672,16 @@ __all__ = ["CORE_PROPERTIES", "METAMORPHIC_PROPERTIES", "VARLEN_PROPERTIES", "Ou
            "describe", "outcome", "specials", "visible"]
 
 
+def _features_used(case: Case) -> set[str]:
+    """The optional features a dense case asks for (a fixture may predate a declaration)."""
+    q, k, v, kw = case_inputs(case)
+    used = {f for f, on in (("attn_mask", kw.get("attn_mask") is not None),
+                            ("window", tuple(kw.get("window") or (-1, -1)) != (-1, -1)),
+                            ("softcap", bool(kw.get("softcap"))), ("splits", kw.get("num_splits") not in (None, 1)),
+                            ("gqa", q.shape[1] != k.shape[1]), ("dv", v.shape[-1] != q.shape[-1])) if on}
+    return used
+
+
 def fit_to_declarations(spec: KernelSpec, case: Case) -> Case | None:
     """The case as the kernel's declarations allow it, or None when it needs something the kernel
     does not declare (the caller rejects it: a declared-unsupported call is never made).
@@ -692,6 +702,8 @@ def fit_to_declarations(spec: KernelSpec, case: Case) -> Case | None:
     if (causal or kw.get("window") is not None) and kw.get("causal_align", "top_left") not in spec.causal_align:
         return None
     if ("kv_lens" in case.tensors and not spec.kv_lens) or (kw.get("scale") is not None and not spec.custom_scale):
+        return None
+    if any(not spec.has(f) for f in _features_used(case)):
         return None
     if not spec.contiguous_only:
         return case
