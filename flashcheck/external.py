@@ -163,6 +163,11 @@ CAPABILITIES: dict[str, tuple[str, Callable[[Any], Any], tuple[str, ...], str]] 
         ("window", "window=(left, right)"), ("softcap", "softcap=c"), ("lse", "return_lse=True gives (o, lse)"),
         ("attn_mask", "attn_mask= (bool or float bias)"), ("splits", "num_splits="),
         ("varlen", "a packed entry point, given as varlen_fn"))},
+    "max_numel": ("extra.max_numel", _positive_int, FAMILIES,
+                  "most elements of any one input tensor it takes (grid, 32-bit offset or memory limits)"),
+    "fp32_dot": ("extra.fp32_dot", _choice("ieee", "tf32"), ("attention",),
+                 "how its matmuls read fp32 operands: ieee (exact products) or tf32 (tl.dot's default: 10 "
+                 "mantissa bits; the bound adds the derived tf32 terms, oracles.bounds.dot_input_error)"),
     "varlen_fn": ("varlen_fn", _callable, ("attention",),
                   "fn(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q, max_seqlen_k, ...)"),
 }
@@ -218,7 +223,9 @@ NARROWING = ("dtypes", "min_n", "max_n", "max_numel", "head_dims", "max_head_dim
 def declared_as(spec: KernelSpec, key: str) -> str:
     """One declaration as it was made (`--kernel-min-n 5000`), or its value (`min_n=5000`)."""
     declared = (spec.extra or {}).get("declared") or {}
-    return declared.get(key) or f"{key}={getattr(spec, CAPABILITIES[key][0], None)!r}"
+    field = CAPABILITIES[key][0]
+    value = (spec.extra or {}).get(field.removeprefix("extra.")) if field.startswith("extra.") else getattr(spec, field)
+    return declared.get(key) or f"{key}={value!r}"
 
 
 def narrowing(spec: KernelSpec) -> list[str]:

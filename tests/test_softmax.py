@@ -13,6 +13,7 @@ from hypothesis import assume, given, strategies as st
 
 from flashcheck.external import declared_as
 from flashcheck.harness import Case, check_all
+from flashcheck.limits import within_declared_numel
 from flashcheck.kernels import DEVICE, INTERPRET
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.oracles.formats import format_of
@@ -37,7 +38,7 @@ def max_n_for(spec: KernelSpec, cap: int = MAX_N) -> int:
 
 def long_enough(spec: KernelSpec, case: Case) -> Case:
     """The case, if its rows are as long as the kernel declares it needs (else Hypothesis rejects it)."""
-    assume(case.tensors["x"].shape[-1] >= spec.min_n)
+    assume(case.tensors["x"].shape[-1] >= spec.min_n and within_declared_numel(spec, case.tensors))
     return case
 
 
