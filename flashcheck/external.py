@@ -210,6 +210,12 @@ def apply_capabilities(base: dict[str, Any], caps: Mapping[str, Any], family: st
     extra["declared"] = declared
     if out.get("min_n") and out.get("max_n") and out["min_n"] > out["max_n"]:
         raise KernelLoadError(f"{origin}: min_n {out['min_n']} > max_n {out['max_n']}")
+    # Declarations that could only be ignored: an error, not silence.
+    if caps.get("varlen") not in (None, False) and out.get("varlen") and out.get("varlen_fn") is None:
+        raise KernelLoadError(f"{origin}: varlen=true needs varlen_fn (its packed entry point): without it no "
+                              f"varlen case can be called")
+    if any(k in caps for k in ("empty_row_lse", "lse_empty")) and out.get("lse") is False:
+        raise KernelLoadError(f"{origin}: empty_row_lse applies to an lse, but lse=false (no return_lse)")
     if extra:
         out["extra"] = extra
     return out

@@ -152,6 +152,13 @@ def test_unknown_or_inapplicable_flag_is_an_error(target: str, kernels: Path) ->
         _load(kernels, "anything", softcapp="1")
 
 
+def test_a_declaration_that_could_only_be_ignored_is_an_error(kernels: Path) -> None:
+    with pytest.raises(KernelLoadError, match="varlen=true needs varlen_fn"):
+        _load(kernels, "anything", varlen="true")
+    with pytest.raises(KernelLoadError, match="empty_row_lse applies to an lse, but lse=false"):
+        _load(kernels, "attention", empty_row_lse="+inf")  # its signature has no return_lse
+
+
 # ---- 3 and 4. nothing to draw is a skip naming the option; nothing checked is not green -----------
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
