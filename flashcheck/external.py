@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from flashcheck import signature
 from flashcheck.fixtures import target_identity
 from flashcheck.kernels.registry import FAMILIES, REGISTRY, KernelSpec
 from flashcheck.oracles.formats import BY_NAME
@@ -162,15 +163,34 @@ CAPABILITIES: dict[str, tuple[str, Callable[[Any], Any], tuple[str, ...], str]] 
         ("window", "window=(left, right)"), ("softcap", "softcap=c"), ("lse", "return_lse=True gives (o, lse)"),
         ("attn_mask", "attn_mask= (bool or float bias)"), ("splits", "num_splits="),
         ("varlen", "a packed entry point, given as varlen_fn"))},
+    "max_numel": ("extra.max_numel", _positive_int, FAMILIES,
+                  "most elements of any one input tensor it takes (grid, 32-bit offset or memory limits)"),
+    "fp32_dot": ("extra.fp32_dot", _choice("ieee", "tf32"), ("attention",),
+                 "how its matmuls read fp32 operands: ieee (exact products) or tf32 (tl.dot's default: 10 "
+                 "mantissa bits; the bound adds the derived tf32 terms, oracles.bounds.dot_input_error)"),
     "varlen_fn": ("varlen_fn", _callable, ("attention",),
                   "fn(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q, max_seqlen_k, ...)"),
 }
 
 
+#: The command-line flag of a capability (`--kernel-cap KEY=VALUE` for the others): messages name it.
+FLAGS = {"dtypes": "--kernel-dtypes", "min_n": "--kernel-min-n", "max_n": "--kernel-max-n", "sizes": "--kernel-sizes"}
+COMMAND_LINE = "command line"
+
+
+def _declared_by(key: str, value: Any, origin: str) -> str:
+    """How a declaration was made, as a user would write it again (skip reasons name it)."""
+    if origin == COMMAND_LINE:
+        return f"{FLAGS[key]} {value}" if key in FLAGS else f"--kernel-cap {key}={value}"
+    return f"{key}={value!r} ({origin})"
+
+
 def apply_capabilities(base: dict[str, Any], caps: Mapping[str, Any], family: str, origin: str) -> dict[str, Any]:
-    """KernelSpec keyword arguments from `base` updated by the declarations in `caps`."""
+    """KernelSpec keyword arguments from `base` updated by the declarations in `caps` (each one's
+    origin kept in extra["declared"]; fields named `extra.KEY` live in extra)."""
     out = dict(base)
     extra = dict(out.get("extra") or {})
+    declared = dict(extra.get("declared") or {})
     for key, value in caps.items():
         if key not in CAPABILITIES:
             raise KernelLoadError(f"{origin}: unknown capability {key!r}; known: {', '.join(sorted(CAPABILITIES))}")
@@ -179,14 +199,46 @@ def apply_capabilities(base: dict[str, Any], caps: Mapping[str, Any], family: st
             raise KernelLoadError(f"{origin}: capability {key!r} is for {'/'.join(families)} kernels, "
                                   f"not {family}")
         try:
-            out[field] = conv(value)
+            converted = conv(value)
         except (TypeError, ValueError) as e:
             raise KernelLoadError(f"{origin}: capability {key!r}: {e}") from None
+        if field.startswith("extra."):
+            extra[field.removeprefix("extra.")] = converted
+        else:
+            out[field] = converted
+        declared[key] = _declared_by(key, value, origin)
+    extra["declared"] = declared
     if out.get("min_n") and out.get("max_n") and out["min_n"] > out["max_n"]:
         raise KernelLoadError(f"{origin}: min_n {out['min_n']} > max_n {out['max_n']}")
+    # Declarations that could only be ignored: an error, not silence.
+    if caps.get("varlen") not in (None, False) and out.get("varlen") and out.get("varlen_fn") is None:
+        raise KernelLoadError(f"{origin}: varlen=true needs varlen_fn (its packed entry point): without it no "
+                              f"varlen case can be called")
+    if any(k in caps for k in ("empty_row_lse", "lse_empty")) and out.get("lse") is False:
+        raise KernelLoadError(f"{origin}: empty_row_lse applies to an lse, but lse=false (no return_lse)")
     if extra:
         out["extra"] = extra
     return out
+
+
+#: Declarations that narrow what the suite may draw: a test left with nothing to draw names them.
+NARROWING = ("dtypes", "min_n", "max_n", "max_numel", "head_dims", "max_head_dim", "square_only", "causal",
+             "kv_lens", "custom_scale", "causal_align", "gqa", "dv")
+
+
+def declared_as(spec: KernelSpec, key: str) -> str:
+    """One declaration as it was made (`--kernel-min-n 5000`), or its value (`min_n=5000`)."""
+    declared = (spec.extra or {}).get("declared") or {}
+    field = CAPABILITIES[key][0]
+    value = (spec.extra or {}).get(field.removeprefix("extra.")) if field.startswith("extra.") else getattr(spec, field)
+    return declared.get(key) or f"{key}={value!r}"
+
+
+def narrowing(spec: KernelSpec) -> list[str]:
+    """The kernel's narrowing declarations as they were made (`--kernel-min-n 5000`,
+    `head_dims=[16, 32] (k.py:fn.flashcheck)`); registered kernels' own limits are not listed."""
+    declared = (spec.extra or {}).get("declared") or {}
+    return [declared[k] for k in NARROWING if k in declared]
 
 
 # ---- loading ------------------------------------------------------------------------------------
@@ -275,7 +327,7 @@ def load_kernel(target: str, family: str | None = None, *, overrides: Mapping[st
             if s.name == target:
                 if family is not None and s.family != family:
                     raise KernelLoadError(f"kernel {target!r} is a {s.family} kernel, not {family}")
-                return s
+                return with_overrides(s, overrides)
     where, attr = _split_target(target)
     is_file = where.endswith(".py") or "/" in where or "\\" in where
     module = _import_file(Path(where).resolve()) if is_file else _import_module(where)
@@ -290,7 +342,7 @@ def load_kernel(target: str, family: str | None = None, *, overrides: Mapping[st
     if isinstance(obj, KernelSpec):
         if family is not None and obj.family != family:
             raise KernelLoadError(f"kernel {label}:{attr} is a {obj.family} kernel, not {family}")
-        return dataclasses.replace(obj, external=True, extra={**obj.extra, **keys})
+        return with_overrides(dataclasses.replace(obj, external=True, extra={**obj.extra, **keys}), overrides)
     if not callable(obj):
         raise KernelLoadError(f"kernel {label}:{attr} is {type(obj).__name__}, not callable")
     if family is None:
@@ -300,13 +352,39 @@ def load_kernel(target: str, family: str | None = None, *, overrides: Mapping[st
     if not isinstance(caps, Mapping):
         raise KernelLoadError(f"kernel {label}:{attr}: its `flashcheck` attribute is "
                               f"{type(caps).__name__}, not a dict")
+    # What its signature cannot take is absent; declarations win, but not against the signature.
+    acc = signature.accepted(obj)
+    problems = (signature.contradictions(acc, family, caps, f"{label}:{attr}.flashcheck")
+                + signature.contradictions(acc, family, overrides or {}, COMMAND_LINE))
+    if problems:
+        raise KernelLoadError(problems[0])
+    implied = signature.inferred(acc, family, {**caps, **(overrides or {})})
     # Nothing is promised that the author did not declare: no input validation by default.
-    kwargs = apply_capabilities({"validates_input": False, "bitwise_invariant": False}, caps, family, f"{label}:{attr}.flashcheck")
-    kwargs = apply_capabilities(kwargs, overrides or {}, family, "command line")
+    kwargs = apply_capabilities({"validates_input": False, "bitwise_invariant": False}, implied, family,
+                                "its signature")
+    kwargs = apply_capabilities(kwargs, caps, family, f"{label}:{attr}.flashcheck")
+    kwargs = apply_capabilities(kwargs, overrides or {}, family, COMMAND_LINE)
     stem = Path(where).stem if is_file else where.rsplit(".", 1)[-1]
     kwargs["extra"] = {**kwargs.get("extra", {}), **keys}
+    if acc is not None:
+        kwargs["extra"]["signature"] = {"text": acc.text, "accepts_any": acc.keywords is None,
+                                        "absent": sorted(implied)}
     obj, autotuned = _with_autotune_tunings(obj)
     if autotuned:
         kwargs["tunings"] = tuple(kwargs.get("tunings", ())) + autotuned
+    obj = signature.adapt(obj, acc, family, tuple(kwargs.get("causal_align") or ()))
     return KernelSpec(name=f"{stem}.{attr}", family=family, fn=obj, external=True,
                       description=f"external kernel {target}", **kwargs)
+
+
+def with_overrides(spec: KernelSpec, overrides: Mapping[str, Any] | None) -> KernelSpec:
+    """A registered kernel (or a file's KernelSpec) with the command line's declarations applied:
+    a flag is used or rejected with its reason, never ignored."""
+    if not overrides:
+        return spec
+    acc = signature.accepted(spec.fn)
+    problems = signature.contradictions(acc, spec.family, overrides, COMMAND_LINE)
+    if problems:
+        raise KernelLoadError(problems[0])
+    kwargs = apply_capabilities({"extra": dict(spec.extra)}, overrides, spec.family, COMMAND_LINE)
+    return dataclasses.replace(spec, **kwargs)

@@ -53,6 +53,8 @@ class GpuFault(BaseException):
 
 
 _LOST: list[str] = []  # the first fault's message: this process's CUDA context is dead
+#: Kernel calls made in this process (every one goes through `guarded`): how much a test checked.
+CALLS = [0]
 
 
 def context_lost() -> str | None:
@@ -111,6 +113,7 @@ def guarded(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
         from flashcheck import isolation
 
         isolation.note_call(name, args, kwargs)
+        CALLS[0] += 1
         try:
             out = fn(*args, **kwargs)
             for dev in _cuda_devices(args, kwargs):

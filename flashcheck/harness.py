@@ -19,6 +19,7 @@ from flashcheck.fixtures import (  # noqa: F401  (re-exported: the fixture API's
     FixtureError, configure, fixture_dir, fixture_key, fixture_paths, fixture_payload, kernel_target,
     load_fixture, save_fixture, saving_enabled, storage_of, storage_snapshot)
 from flashcheck.interp_bounds import KernelFault
+from flashcheck.limits import KernelLimit
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.strategies.case import Case
 
@@ -56,6 +57,16 @@ def margin(family: str, name: str) -> Callable[[Margin], Margin]:
     return deco
 
 
+#: Distinct cases checked in this process ([count, the last case]): how much a test checked.
+EXAMPLES: list[Any] = [0, None]
+
+
+def _count_example(case: Case) -> None:
+    if EXAMPLES[1] is not case:  # several properties of one case are one example
+        EXAMPLES[0] += 1
+        EXAMPLES[1] = case
+
+
 def check(spec: KernelSpec, name: str, case: Case, *, save: bool = True) -> None:
     """Run a property; if this is Hypothesis's final (shrunk) failing example, save a fixture.
     Inside a Hypothesis test it also reports coverage events (class, kind, layout, size) and targets
@@ -68,13 +79,15 @@ def check(spec: KernelSpec, name: str, case: Case, *, save: bool = True) -> None
     except KeyError:
         raise KeyError(f"no {spec.family} property named {name!r}; known: "
                        f"{sorted(n for f, n in PROPERTIES if f == spec.family)}") from None
-    from flashcheck import isolation
+    from flashcheck import isolation, limits
     from flashcheck.faults import GpuFault
 
+    _count_example(case)
     host = _host_case(case)  # after a GPU fault the device copy cannot be read back
     isolation.note_input(spec, name, host)
     try:
-        prop_fn(spec, case)
+        with limits.diagnosed(spec, case.tensors):  # a device or launch limit is named as one
+            prop_fn(spec, case)
     except GpuFault as exc:
         raise _fault(spec, name, host, exc) from exc
     except Exception as exc:
@@ -187,7 +200,7 @@ def check_all(spec: KernelSpec, names: Sequence[str], case: Case) -> None:
     _save_if_final(spec, first_name, case, first)
     sections = []
     for name, exc in failures:
-        kind = "" if isinstance(exc, AssertionError) else f"the kernel raised {type(exc).__name__}: "
+        kind = "" if isinstance(exc, (AssertionError, KernelLimit)) else f"the kernel raised {type(exc).__name__}: "
         sections.append(f"[{name}] {kind}{exc}")
     err = PropertyFailures(f"{', '.join(n for n, _ in failures)} failed ({len(failures)} of {len(names)} "
                            f"properties) on {case!r}\n\n"

@@ -101,6 +101,10 @@ def pytest_configure(config: pytest.Config) -> None:
         from flashcheck import pytest_isolation  # crashes, hangs and GPU faults: one named failure each
 
         pytest_isolation.register(config)
+    if config.stash[_ACTIVE_KEY]:
+        from flashcheck import checked  # how much was checked; nothing checked is not green
+
+        checked.register(config)
     if not target:
         if _overrides(config):
             raise pytest.UsageError("--kernel-dtypes/--kernel-max-n/--kernel-cap declare a kernel's "
@@ -144,8 +148,13 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     from flashcheck.kernels.registry import REGISTRY
 
     lines = []
+    from flashcheck.signature import describe as from_signature
+
     for s in REGISTRY:
         lines.append(f"flashcheck: {s.name} ({s.family}): {describe_capabilities(s)}")
+        read = from_signature(s)
+        if read:
+            lines.append(f"flashcheck: {s.name}: read from its {read}")
     lines.append("flashcheck: --kernel/--family runs only tests that check a kernel; the suite's self-tests "
                  "are deselected")
     lines.append(f"flashcheck: fixtures {'in ' + str(harness.fixture_dir()) if harness.saving_enabled() else 'not saved'}")

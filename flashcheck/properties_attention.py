@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from flashcheck.harness import Case, prop, storage_snapshot
+from flashcheck.limits import tf32_hint, within_declared_numel
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.oracles.attention import (
     AttentionComparison, AttentionOracle, attention_oracle, compare_attention, compare_lse, visibility,
@@ -79,6 +80,7 @@ class Outcome:
     block_n: int
     n_blocks: int
     lse_empty: float = -math.inf
+    fp32_dot: str = "ieee"  # how the kernel's matmuls read fp32 operands (capability fp32_dot)
     before: dict = field(default_factory=dict)
     after: dict = field(default_factory=dict)
     parts: list = field(default_factory=list)  # varlen: one dense Outcome per sequence
@@ -98,7 +100,8 @@ class Outcome:
     @property
     def cmp(self) -> AttentionComparison:
         if self._cmp is None:
-            self._cmp = compare_attention(self.out, self.oracle, block_n=self.block_n, n_blocks=self.n_blocks)
+            self._cmp = compare_attention(self.out, self.oracle, block_n=self.block_n, n_blocks=self.n_blocks,
+                                          fp32_dot=self.fp32_dot)
         return self._cmp
 
     @property
@@ -133,8 +136,13 @@ def _varlen_parts(spec: KernelSpec, case: Case, out: torch.Tensor, lse: torch.Te
         lb = lse[:, sl_q][None] if lse is not None else None
         # the launch is sized for the longest sequence: its blocking (conservative for this one)
         bn, nb = blocking(spec, q.shape[-1], max(int(case.kwargs["max_seqlen_k"]), k.shape[2]), q.dtype, kw)
-        parts.append(Outcome(q, k, v, kw, o, lb, fmt, bn, nb, spec.lse_empty))
+        parts.append(Outcome(q, k, v, kw, o, lb, fmt, bn, nb, spec.lse_empty, fp32_dot(spec)))
     return parts
+
+
+def fp32_dot(spec: KernelSpec) -> str:
+    """How the kernel's matmuls read fp32 operands: its declared `fp32_dot`, else "ieee"."""
+    return spec.extra.get("fp32_dot", "ieee")
 
 
 def outcome(spec: KernelSpec, case: Case) -> Outcome:
@@ -147,13 +155,13 @@ def outcome(spec: KernelSpec, case: Case) -> Outcome:
         args, kw = varlen_inputs(case)
         out, lse = _split(spec.varlen_fn(*args, **kw, **({"return_lse": True} if want_lse else {})), want_lse)
         q, k, v = args[:3]
-        o = Outcome(q, k, v, kw, out, lse, format_of(q.dtype), 0, 0, spec.lse_empty)
+        o = Outcome(q, k, v, kw, out, lse, format_of(q.dtype), 0, 0, spec.lse_empty, fp32_dot(spec))
         o.parts = _varlen_parts(spec, case, out, lse)
     else:
         q, k, v, kw = case_inputs(case)
         out, lse = _split(spec.fn(q, k, v, **kw, **({"return_lse": True} if want_lse else {})), want_lse)
         bn, nb = blocking(spec, q.shape[-1], k.shape[2], q.dtype, kw)
-        o = Outcome(q, k, v, kw, out, lse, format_of(q.dtype), bn, nb, spec.lse_empty)
+        o = Outcome(q, k, v, kw, out, lse, format_of(q.dtype), bn, nb, spec.lse_empty, fp32_dot(spec))
     o.before = before
     o.after = {n: storage_snapshot(t) for n, t in case.tensors.items()}
     _last = (spec.name, case, o)
@@ -318,7 +326,7 @@ def matches_oracle(spec: KernelSpec, case: Case) -> None:
         bad = c.violations & ~(s.may_nan & ~s.nan & np.isnan(c.actual))
         if bad.any():
             raise AssertionError(describe(spec, case, o, bad, "exceed the error bound", expected=c.oracle,
-                                          err=c.err, bound=c.bound, ulps=c.dist))
+                                          err=c.err, bound=c.bound, ulps=c.dist) + tf32_hint(o, bad))
 
 
 @prop(FAMILY, "lse_matches_oracle")
@@ -327,7 +335,8 @@ def lse_matches_oracle(spec: KernelSpec, case: Case) -> None:
     for o in outcome(spec, case).dense():
         if o.lse is None or o.lse.numel() == 0:
             continue
-        c = compare_lse(o.lse, o.oracle, block_n=o.block_n, n_blocks=o.n_blocks, empty=o.lse_empty)
+        c = compare_lse(o.lse, o.oracle, block_n=o.block_n, n_blocks=o.n_blocks, empty=o.lse_empty,
+                        fp32_dot=o.fp32_dot)
         if c.violations.any():
             raise AssertionError(describe(spec, case, o, c.violations, "lse exceeds its bound", expected=c.oracle,
                                           err=c.err, bound=c.bound, actual=c.actual))
@@ -377,7 +386,7 @@ def _within_bound(spec: KernelSpec, case: Case, o: Outcome, y: torch.Tensor, kw:
     """`y`, another call on the same exact problem as `o`, meets o's oracle within the bound of
     its own blocking (kw's num_splits)."""
     bn, nb = blocking(spec, o.q.shape[-1], o.k.shape[2], o.q.dtype, kw)
-    c = compare_attention(y, o.oracle, block_n=bn, n_blocks=nb)
+    c = compare_attention(y, o.oracle, block_n=bn, n_blocks=nb, fp32_dot=o.fp32_dot)
     s = specials(o)
     bad = c.violations & ~(s.may_nan & ~s.nan & np.isnan(c.actual))
     if bad.any():
@@ -422,7 +431,7 @@ def ones_v(spec: KernelSpec, case: Case) -> None:
     s = specials(Outcome(o.q, o.k, v1, o.kw, o.out, None, o.fmt, o.block_n, o.n_blocks))
     expected = np.where(np.broadcast_to(s.zero_rows[..., None], y.shape), 0.0, 1.0)
     expected = np.where(s.nan, np.nan, expected)
-    tol = ones_v_tolerance(o.fmt, spec.row_sum, o.block_n, o.n_blocks)
+    tol = ones_v_tolerance(o.fmt, spec.row_sum, o.block_n, o.n_blocks, o.fp32_dot)
     err = np.where(np.isnan(expected), np.where(np.isnan(y), 0.0, np.inf),
                    np.abs(np.nan_to_num(y, nan=np.inf) - expected))
     ok = err <= np.where(expected == 1.0, tol, 0.0)
@@ -465,7 +474,7 @@ def key_permutation(spec: KernelSpec, case: Case) -> None:
         k2[b, :, : lens[b]] = o.k[b, :, perm]
         v2[b, :, : lens[b]] = o.v[b, :, perm]
     y = _call(spec, o.q, k2, v2, o.kw)
-    c = compare_attention(y, o.oracle, block_n=o.block_n, n_blocks=o.n_blocks)
+    c = compare_attention(y, o.oracle, block_n=o.block_n, n_blocks=o.n_blocks, fp32_dot=o.fp32_dot)
     if c.violations.any():
         raise AssertionError(describe(spec, case, Outcome(o.q, k2, v2, o.kw, y, None, o.fmt, o.block_n, o.n_blocks),
                                       c.violations, "after permuting keys and values, exceed the bound of the oracle",
@@ -507,7 +516,7 @@ def softcap_changes_output(spec: KernelSpec, case: Case) -> None:
     kw0 = {**o.kw, "softcap": 0.0}
     plain = attention_oracle(o.q, o.k, o.v, **{k: v for k, v in kw0.items() if k in ORACLE_KEYS})
     b1 = o.cmp.bound
-    b0 = compare_attention(o.out, plain, block_n=o.block_n, n_blocks=o.n_blocks).bound
+    b0 = compare_attention(o.out, plain, block_n=o.block_n, n_blocks=o.n_blocks, fp32_dot=o.fp32_dot).bound
     with np.errstate(invalid="ignore"):
         apart = np.abs(o.oracle.out - plain.out) > b0 + b1
     if not np.nan_to_num(apart, nan=0).any():
@@ -538,10 +547,11 @@ def lse_agrees_with_weights(spec: KernelSpec, case: Case) -> None:
         _, lse_h = spec.fn(o.q, k, v, **kw, return_lse=True)
         bn, nb = blocking(spec, o.q.shape[-1], k.shape[2], o.q.dtype, kw)
         orc = attention_oracle(o.q, k, v, **{kk: vv for kk, vv in kw.items() if kk in ORACLE_KEYS})
-        halves.append((to_float64(lse_h), compare_lse(lse_h, orc, block_n=bn, n_blocks=nb).bound))
+        halves.append((to_float64(lse_h), compare_lse(lse_h, orc, block_n=bn, n_blocks=nb, fp32_dot=o.fp32_dot).bound))
     whole = to_float64(o.lse)
     merged = np.logaddexp(halves[0][0], halves[1][0])
-    bound = compare_lse(o.lse, o.oracle, block_n=o.block_n, n_blocks=o.n_blocks).bound + halves[0][1] + halves[1][1]
+    bound = (compare_lse(o.lse, o.oracle, block_n=o.block_n, n_blocks=o.n_blocks, fp32_dot=o.fp32_dot).bound
+             + halves[0][1] + halves[1][1])
     with np.errstate(invalid="ignore"):
         err = np.where(np.isnan(whole) & np.isnan(merged), 0.0, np.abs(whole - merged))
     bad = ~(np.nan_to_num(err, nan=np.inf) <= bound + 1e-12) & ~(np.isinf(whole) & (whole == merged))
@@ -687,6 +697,16 @@ __all__ = ["CORE_PROPERTIES", "METAMORPHIC_PROPERTIES", "VARLEN_PROPERTIES", "Ou
            "describe", "outcome", "specials", "visible"]
 
 
+def _features_used(case: Case) -> set[str]:
+    """The optional features a dense case asks for (a fixture may predate a declaration)."""
+    q, k, v, kw = case_inputs(case)
+    used = {f for f, on in (("attn_mask", kw.get("attn_mask") is not None),
+                            ("window", tuple(kw.get("window") or (-1, -1)) != (-1, -1)),
+                            ("softcap", bool(kw.get("softcap"))), ("splits", kw.get("num_splits") not in (None, 1)),
+                            ("gqa", q.shape[1] != k.shape[1]), ("dv", v.shape[-1] != q.shape[-1])) if on}
+    return used
+
+
 def fit_to_declarations(spec: KernelSpec, case: Case) -> Case | None:
     """The case as the kernel's declarations allow it, or None when it needs something the kernel
     does not declare (the caller rejects it: a declared-unsupported call is never made).
@@ -707,6 +727,8 @@ def fit_to_declarations(spec: KernelSpec, case: Case) -> Case | None:
     if (causal or kw.get("window") is not None) and kw.get("causal_align", "top_left") not in spec.causal_align:
         return None
     if ("kv_lens" in case.tensors and not spec.kv_lens) or (kw.get("scale") is not None and not spec.custom_scale):
+        return None
+    if any(not spec.has(f) for f in _features_used(case)) or not within_declared_numel(spec, case.tensors):
         return None
     if not spec.contiguous_only:
         return case

@@ -483,12 +483,14 @@ class AttentionComparison:
         return np.where(self.ftz, 0.0, r)
 
 
-def compare_attention(actual, oracle: AttentionOracle, *, block_n: int, n_blocks: int) -> AttentionComparison:
+def compare_attention(actual, oracle: AttentionOracle, *, block_n: int, n_blocks: int,
+                      fp32_dot: str = "ieee") -> AttentionComparison:
+    """fp32_dot: how the kernel's matmuls read fp32 operands (`oracles.bounds.FP32_DOTS`)."""
     from .bounds import attention_error_bound, ftz_allowed
 
     y = _as_f64(actual)
     r = oracle.out
-    bound = attention_error_bound(oracle, block_n=block_n, n_blocks=n_blocks)
+    bound = attention_error_bound(oracle, block_n=block_n, n_blocks=n_blocks, fp32_dot=fp32_dot)
     nan_y, nan_r = np.isnan(y), np.isnan(r)
     with np.errstate(invalid="ignore"):
         err = np.where(nan_y | nan_r, np.where(nan_y & nan_r, 0.0, np.inf), np.abs(y - r))
@@ -513,7 +515,7 @@ class LseComparison:
 
 
 def compare_lse(actual, oracle: AttentionOracle, *, block_n: int, n_blocks: int,
-                empty: float = -np.inf) -> LseComparison:
+                empty: float = -np.inf, fp32_dot: str = "ieee") -> LseComparison:
     """`empty`: the value the kernel writes for rows with no visible key (-inf, the torch
     convention; FlashAttention 2 writes +inf: an external kernel declares it)."""
     from .bounds import attention_lse_bound
@@ -524,7 +526,7 @@ def compare_lse(actual, oracle: AttentionOracle, *, block_n: int, n_blocks: int,
         same_special = (np.isnan(y) & np.isnan(r)) | (np.isinf(r) & (y == r))
         err = np.where(same_special, 0.0, np.where(np.isfinite(y) & np.isfinite(r), np.abs(y - r), np.inf))
     return LseComparison(oracle=r, actual=y, err=err, bound=attention_lse_bound(oracle, block_n=block_n,
-                                                                               n_blocks=n_blocks))
+                                                                               n_blocks=n_blocks, fp32_dot=fp32_dot))
 
 
 __all__ = ["AttentionOracle", "AttentionComparison", "LseComparison", "attention_oracle", "compare_attention",

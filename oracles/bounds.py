@@ -87,19 +87,39 @@ def softmax_sum_bound(x: np.ndarray, oracle: np.ndarray, fmt: Format, *, depth: 
 # ---- attention ------------------------------------------------------------------------------
 # (attention bounds are added below by the attention family)
 
+#: How a kernel's matmuls take fp32 operands (capability `fp32_dot`): "ieee" (exact products,
+#: `tl.dot(..., input_precision="ieee")`) or "tf32" (tensor cores read 10 explicit mantissa bits).
+FP32_DOTS = ("ieee", "tf32")
+#: Relative error of one fp32 operand read as tf32: 10 explicit mantissa bits kept. Triton's
+#: tl.dot (input_precision "tf32", its default for fp32) feeds the fp32 registers as they are and
+#: the tensor cores drop the low 13 bits: truncation, < 1 tf32 ulp = 2^-10 relative (a
+#: round-to-nearest conversion, cvt.rna, would halve it; triton-lang/triton#4574). Subnormals lose
+#: < 2^-136 absolute.
+TF32_INPUT = 2.0**-10
 
-def _exponent_error(oracle, b: int, h: int, n_blocks: int) -> np.ndarray:
-    """g_ij of `attention_error_bound`: the kernel's exponents are t_j + eps_j, |eps_j| <= g_j."""
+
+def dot_input_error(fmt: Format, fp32_dot: str = "ieee") -> float:
+    """Relative error of each operand of the kernel's matmuls: 0 for 16-bit inputs (their
+    products are exact in fp32) and for fp32 "ieee"; TF32_INPUT for fp32 "tf32"."""
+    if fp32_dot not in FP32_DOTS:
+        raise ValueError(f"fp32_dot {fp32_dot!r}: expected one of {', '.join(FP32_DOTS)}")
+    return TF32_INPUT if fp32_dot == "tf32" and fmt.name == "fp32" else 0.0
+
+
+def _exponent_error(oracle, b: int, h: int, n_blocks: int, e_in: float = 0.0) -> np.ndarray:
+    """g_ij of `attention_error_bound`: the kernel's exponents are t_j + eps_j, |eps_j| <= g_j.
+    e_in: `dot_input_error`; each product q_d k_jd of tf32 operands errs by (2 e_in + e_in^2) of
+    |q_d k_jd| (exact in fp32 then: 11-bit significands), so the score by that much of a_j."""
     D = oracle.dot_dim if getattr(oracle, "dot_dim", None) else oracle.out.shape[-1]
     extra = 0.0
     if oracle.t_abs is not None:
         extra = 20 * oracle.t_abs[b, h] + 3 * oracle.b_abs[b, h]
     return np.where(oracle.visible[b, h],
                     U32 * ((2 * D + 4) * oracle.a[b, h] + 3 * oracle.d[b, h] + extra + 4 * (n_blocks + 1))
-                    + D * 2.0**-125 * oracle.scale, 0.0)
+                    + (2 * e_in + e_in * e_in) * oracle.a[b, h] + D * 2.0**-125 * oracle.scale, 0.0)
 
 
-def attention_lse_bound(oracle, *, block_n: int, n_blocks: int) -> np.ndarray:
+def attention_lse_bound(oracle, *, block_n: int, n_blocks: int, fp32_dot: str = "ieee") -> np.ndarray:
     """Allowed |lse - lse*| per row (natural log units, absolute), lse* the oracle's value.
 
     The kernel's lse is (m + log2 l32) ln 2 with l32 the fp32 row sum of the unrounded weights
@@ -110,13 +130,15 @@ def attention_lse_bound(oracle, *, block_n: int, n_blocks: int) -> np.ndarray:
       (block_n + 2 n_blocks + 2) u, i.e. as much in the log; log2 (lg2.approx: absolute
     2^-22.6 in log2 units) 2^-21 ln 2; the sum m + log2 l, the product with fl(ln 2) and the fp32
     result 3 roundings: 4u (|lse*| + |t_max| + 1) with t_max <= |lse*| + log(N) covered by the 1 +
-    the oracle's own error `lse_err`. Rows that see no key are -inf, NaN rows NaN: bound 0."""
+    the oracle's own error `lse_err`. Rows that see no key are -inf, NaN rows NaN: bound 0.
+    fp32_dot="tf32": the scores' tf32 operands enter g_j (`_exponent_error`); l sums fp32 weights."""
     u = U32
+    e_in = dot_input_error(oracle.fmt, fp32_dot)
     B, H, M = oracle.lse.shape
     out = np.zeros((B, H, M))
     for b in range(B):
         for h in range(H):
-            g = np.minimum(_exponent_error(oracle, b, h, n_blocks), 700.0)
+            g = np.minimum(_exponent_error(oracle, b, h, n_blocks, e_in), 700.0)
             L = np.log1p((oracle.p[b, h] * np.expm1(g)).sum(axis=1))
             lse = np.abs(np.nan_to_num(oracle.lse[b, h], nan=0.0, posinf=0.0, neginf=0.0))
             nvis = np.maximum(oracle.visible[b, h].sum(axis=1), 1)
@@ -125,7 +147,7 @@ def attention_lse_bound(oracle, *, block_n: int, n_blocks: int) -> np.ndarray:
     return np.where(np.isfinite(oracle.lse), out, 0.0)
 
 
-def attention_error_bound(oracle, *, block_n: int, n_blocks: int) -> np.ndarray:
+def attention_error_bound(oracle, *, block_n: int, n_blocks: int, fp32_dot: str = "ieee") -> np.ndarray:
     """Allowed |o - r| per output element of a fused attention kernel, r the correctly rounded oracle.
 
     `oracle` is an `oracles.attention.AttentionOracle` (weights p, a_ij = sc sum_d |q_id k_jd|,
@@ -191,13 +213,23 @@ def attention_error_bound(oracle, *, block_n: int, n_blocks: int) -> np.ndarray:
       split-KV (num_splits)           one more rescale per split: pass n_blocks + splits.
     so g_j = u ((2D + 4) a_j + 3 d_j + 20 |t_j| + 3 |b_j| + 4 (n_blocks + 1)) + D 2^-125 sc.
 
+    fp32 inputs, fp32_dot="tf32" (`dot_input_error`: e = 2^-10 per operand, truncation):
+      scores                          each product errs by (2e + e^2) |q_d k_jd|: g_j gains
+                                      (2e + e^2) a_j (`_exponent_error`); the fp32 dot's own 2(D+1)u
+                                      on the grown |terms| stays inside g_j's slack for D <= 511
+      P read as tf32                  as P rounded to 16 bits above, with u16 = e (either row sum)
+      V read as tf32                  each v_j off by e |v_j|, weighted by P~_j / l <= w_j / (1 - e):
+                                      e / (1 - e) sum_j w_j |v_j|, plus N 2^-136 for subnormal v
+    The exponent range is fp32's, so the underflow terms are fp32's.
+
     Exact specials (NaN rows/columns, rows with no visible key) get bound 0: they must match
     exactly. Outputs below fp32's normals may flush to zero: `ftz_allowed`, counted separately.
     """
     fmt = oracle.fmt
     u = U32
     is16 = fmt.bits == 16
-    u16 = fmt.unit_roundoff if is16 else 0.0
+    e_in = dot_input_error(fmt, fp32_dot)
+    u16 = fmt.unit_roundoff if is16 else e_in  # P's rounding (16 bits) or truncation (tf32) before P @ V
     tau = (fmt.min_subnormal / 2 if is16 else 0.0) + 2.0**-126
     B, H, M, Dv = oracle.out.shape
     N = oracle.p.shape[-1]
@@ -212,7 +244,7 @@ def attention_error_bound(oracle, *, block_n: int, n_blocks: int) -> np.ndarray:
             vis = oracle.visible[b, h]
             p = oracle.p[b, h]
             absv = oracle.absv[b, h]
-            g = np.minimum(_exponent_error(oracle, b, h, n_blocks), 700.0)
+            g = np.minimum(_exponent_error(oracle, b, h, n_blocks, e_in), 700.0)
             em = np.expm1(g)
             T = (p * em).sum(axis=1, keepdims=True)
             with np.errstate(over="ignore", invalid="ignore"):
@@ -226,7 +258,9 @@ def attention_error_bound(oracle, *, block_n: int, n_blocks: int) -> np.ndarray:
             vv = oracle.v[b, h]  # (N, D), non-finite entries as 0
             spread = np.maximum((w[:, :, None] * np.abs(vv[None, :, :] - o_row[:, None, :])).sum(axis=1),
                                 w @ absv)
-            prec16 = u16 / (1.0 - u16) * (spread + 2.0 * S) if is16 else 0.0
+            prec16 = u16 / (1.0 - u16) * (spread + 2.0 * S) if u16 else 0.0
+            if e_in:  # V read as tf32
+                prec16 = prec16 + e_in / (1.0 - e_in) * (w @ absv) + N * 2.0**-136
             jmax = np.argmax(p, axis=1)
             pmax = p.max(axis=1)
             rmax = r[np.arange(M), jmax]
@@ -246,7 +280,7 @@ def attention_error_bound(oracle, *, block_n: int, n_blocks: int) -> np.ndarray:
 
 
 
-def ones_v_tolerance(fmt: Format, row_sum: str, block_n: int, n_blocks: int) -> float:
+def ones_v_tolerance(fmt: Format, row_sum: str, block_n: int, n_blocks: int, fp32_dot: str = "ieee") -> float:
     """|o - 1| allowed for V of all ones (a visible row).
 
     fp16/bf16: the weights P are rounded to 16 bits before P @ V. Summing l from the same rounded
@@ -255,10 +289,12 @@ def ones_v_tolerance(fmt: Format, row_sum: str, block_n: int, n_blocks: int) -> 
     of about u16 * (rows' weight) between them, far below one 16-bit ulp after the fp32 division,
     but the final rounding can land on a neighbour: within 1 ulp (eps of the format bounds both
     neighbours of 1). fp32 output: the accumulation part of the attention bound, (3 block_n +
-    4 n_blocks + 8) u32, plus the final rounding.
+    4 n_blocks + 8) u32, plus the final rounding; with fp32_dot="tf32" P is read as tf32 for P @ V
+    (ones are exact in tf32): an l summed from the fp32 P differs by e / (1 - e) relative.
     """
     if fmt.name == "fp32":
-        return (3 * block_n + 4 * n_blocks + 8) * 2.0**-24 + 2.0**-24
+        e_in = dot_input_error(fmt, fp32_dot)
+        return (3 * block_n + 4 * n_blocks + 8) * 2.0**-24 + 2.0**-24 + e_in / (1.0 - e_in)
     if row_sum == "rounded_p":
         return 0.0
     if row_sum == "fp32_p":

@@ -21,6 +21,7 @@ import torch
 from hypothesis import assume, given, strategies as st
 
 from flashcheck import properties_attention as pa
+from flashcheck.checked import nothing_to_draw
 from flashcheck.harness import Case, check
 from flashcheck.kernels import DEVICE, INTERPRET
 from flashcheck.kernels.registry import KernelSpec
@@ -65,8 +66,8 @@ def _fit(spec: KernelSpec, case: Case) -> Case:
     if fitted is None:
         counts[1] += 1
         if counts[0] == 0 and counts[1] >= _FIT_GIVE_UP:
-            pytest.skip(f"{spec.name}'s declarations exclude every case this test drew ({counts[1]} tries, "
-                        f"e.g. {case!r}): nothing checked here; these draws do not aim at declared sizes yet")
+            pytest.skip(f"{nothing_to_draw(spec)} ({counts[1]} tries; these draws do not aim at declared "
+                        f"sizes yet)")
         assume(False)
     counts[0] += 1
     return fitted
@@ -75,7 +76,8 @@ def _fit(spec: KernelSpec, case: Case) -> Case:
 def _fixed_or_skip(spec: KernelSpec, case: Case) -> Case:
     fitted = fit_to_declarations(spec, case)
     if fitted is None:
-        pytest.skip(f"{spec.name}'s declarations exclude this case ({case!r})")
+        pytest.skip(f"{nothing_to_draw(spec).replace('every input this test draws', 'this case')} ({case.label}: "
+                    f"q {tuple(case.tensors['q'].shape)}, k {tuple(case.tensors['k'].shape)}, {case.kwargs})")
     return fitted
 
 
@@ -177,7 +179,7 @@ def test_sdpa_error_ratio_reported(spec: KernelSpec, dtype: torch.dtype) -> None
         assert r is None or (r >= 0 and not math.isnan(r))
         ratios.append(r)
     if not ratios:
-        pytest.skip(f"{spec.name}'s declarations exclude the benign cases drawn here")
+        pytest.skip(nothing_to_draw(spec))
     print(f"\n{spec.name} [{format_of(dtype).name}] error / SDPA error on benign cases: {ratios}")
 
 

@@ -11,7 +11,9 @@ import pytest
 import torch
 from hypothesis import assume, given, strategies as st
 
+from flashcheck.external import declared_as
 from flashcheck.harness import Case, check_all
+from flashcheck.limits import within_declared_numel
 from flashcheck.kernels import DEVICE, INTERPRET
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.oracles.formats import format_of
@@ -24,8 +26,20 @@ MAX_N = 2048 if INTERPRET else 1 << 17
 
 # ---- tests ---------------------------------------------------------------------------------
 
-def max_n_for(spec: KernelSpec) -> int:
-    return min(MAX_N, spec.max_n or MAX_N)
+def max_n_for(spec: KernelSpec, cap: int = MAX_N) -> int:
+    """The longest row a test drawing up to `cap` gives `spec`; the test is skipped, naming the
+    declaration, when the kernel's declared shortest row is longer (nothing to draw)."""
+    max_n = min(cap, spec.max_n or cap)
+    if spec.min_n > max_n:
+        pytest.skip(f"nothing to check: {declared_as(spec, 'min_n')} is above the longest row this test draws "
+                    f"({max_n}{' under the interpreter' if INTERPRET else ''})")
+    return max_n
+
+
+def long_enough(spec: KernelSpec, case: Case) -> Case:
+    """The case, if its rows are as long as the kernel declares it needs (else Hypothesis rejects it)."""
+    assume(case.tensors["x"].shape[-1] >= spec.min_n and within_declared_numel(spec, case.tensors))
+    return case
 
 
 @pytest.mark.parametrize("cls", sorted(CLASSES))
@@ -34,10 +48,9 @@ def test_adversarial_class(spec: KernelSpec, dtype: torch.dtype, cls: str, data:
     fmt = format_of(dtype)
     strategy = CLASSES[cls]
     strided = not spec.contiguous_only
-    case = data.draw(strategy(fmt=fmt, strided=strided) if cls == "elementwise"
+    case = data.draw(strategy(fmt=fmt, max_n=max_n_for(spec, 24), strided=strided) if cls == "elementwise"
                      else strategy(fmt=fmt, max_n=max_n_for(spec), strided=strided), label="case")
-    assume(case.tensors["x"].shape[1] >= spec.min_n)
-    check_all(spec, CORE_PROPERTIES, case)
+    check_all(spec, CORE_PROPERTIES, long_enough(spec, case))
 
 
 # The declared sizes are drawn even past the run's usual cap (the interpreter's 2048), up to this.
@@ -49,7 +62,10 @@ def test_declared_sizes(spec: KernelSpec, dtype: torch.dtype, data: st.DataObjec
     """Lengths just below, at and above the sizes the kernel declares (tiles, thresholds)."""
     if not spec.sizes:
         pytest.skip(f"{spec.name} declares no sizes that matter to it (capability sizes)")
-    max_n = min(SIZES_CAP, spec.max_n or SIZES_CAP)
+    max_n = max_n_for(spec, SIZES_CAP)
+    if not any(spec.min_n <= v <= max_n for s in spec.sizes for v in (s - 1, s, s + 1)):
+        pytest.skip(f"nothing to check: no length next to the declared {declared_as(spec, 'sizes')} lies in "
+                    f"[{spec.min_n}, {max_n}]")
     case = data.draw(declared_size_rows(fmt=format_of(dtype), sizes=spec.sizes, min_n=spec.min_n, max_n=max_n,
                                         strided=not spec.contiguous_only), label="case")
     check_all(spec, CORE_PROPERTIES, case)
@@ -73,6 +89,10 @@ SPECIAL_ROWS = {
 def test_special_values(spec: KernelSpec, dtype: torch.dtype, row: str) -> None:
     values = np.array([SPECIAL_ROWS[row]] * 3)
     values[1] = np.linspace(-1, 1, values.shape[1])  # a clean row between: must stay clean
+    n = values.shape[1]
+    if not spec.supports(dtype, n):
+        pytest.skip(f"nothing to check: rows of {n} are outside {declared_as(spec, 'min_n')}, "
+                    f"{declared_as(spec, 'max_n')}")
     x = torch.from_numpy(values).to(dtype).to(DEVICE)
     case = Case(tensors={"x": x}, label=f"special/{row}")
     check_all(spec, CORE_PROPERTIES, case)

@@ -18,7 +18,7 @@ from flashcheck.properties_softmax import FAMILY, SENTINEL_BITS, accepts_out  # 
 from flashcheck.strategies.case import Case
 from flashcheck.strategies.floats import Layout, layouts, materialize
 from flashcheck.strategies.softmax import declared_size_rows, row_lengths, softmax_cases
-from .test_softmax import max_n_for
+from .test_softmax import long_enough, max_n_for
 
 # Each example calls the kernel several times: rows up to 640 on the CPU (past the dispatcher's
 # row-kernel limit and past two 256-wide chunks), the core suite's lengths on a GPU.
@@ -26,7 +26,7 @@ META_MAX_N = 640 if INTERPRET else None
 
 
 def meta_max_n(spec: KernelSpec) -> int:
-    return min(max_n_for(spec), META_MAX_N or max_n_for(spec))
+    return max_n_for(spec, META_MAX_N) if META_MAX_N else max_n_for(spec)
 
 
 
@@ -108,13 +108,13 @@ def out_view_cases(draw, *, fmt: Format, max_n: int, strided: bool = True) -> Ca
 @given(data=st.data())
 def test_shift_invariance(spec: KernelSpec, dtype: torch.dtype, data: st.DataObject) -> None:
     case = data.draw(shift_cases(fmt=format_of(dtype), max_n=meta_max_n(spec), strided=not spec.contiguous_only), label="case")
-    check(spec, "shift_invariant", case)
+    check(spec, "shift_invariant", long_enough(spec, case))
 
 
 @given(data=st.data())
 def test_permutation_equivariance(spec: KernelSpec, dtype: torch.dtype, data: st.DataObject) -> None:
     case = data.draw(permuted_cases(fmt=format_of(dtype), max_n=meta_max_n(spec), strided=not spec.contiguous_only), label="case")
-    check(spec, "permutation_equivariant", case)
+    check(spec, "permutation_equivariant", long_enough(spec, case))
 
 
 # One test per relation, so the launch variants each compiles spread over xdist's workers.
@@ -126,7 +126,7 @@ def test_configs_and_determinism(spec: KernelSpec, dtype: torch.dtype, relation:
     fmt, max_n, strided = format_of(dtype), meta_max_n(spec), not spec.contiguous_only
     long_rows = declared_size_rows(fmt=fmt, sizes=(max_n,), min_n=spec.min_n, max_n=max_n, strided=strided)
     case = data.draw(st.one_of(long_rows, softmax_cases(fmt=fmt, max_n=max_n, strided=strided)), label="case")
-    check(spec, relation, case)
+    check(spec, relation, long_enough(spec, case))
 
 
 @given(data=st.data())
@@ -135,10 +135,10 @@ def test_guard_bands(spec: KernelSpec, dtype: torch.dtype, data: st.DataObject) 
         pytest.skip(f"{spec.name} takes no out= argument (an external kernel declares it by accepting "
                     f"`out` or **kwargs), so there is no output view to guard")
     case = data.draw(out_view_cases(fmt=format_of(dtype), max_n=meta_max_n(spec), strided=not spec.contiguous_only), label="case")
-    check(spec, "guard_bands", case)
+    check(spec, "guard_bands", long_enough(spec, case))
 
 
 @given(data=st.data())
 def test_nan_guard_invisible(spec: KernelSpec, dtype: torch.dtype, data: st.DataObject) -> None:
     case = data.draw(softmax_cases(fmt=format_of(dtype), max_n=meta_max_n(spec), strided=not spec.contiguous_only), label="case")
-    check(spec, "nan_guard_invisible", case)
+    check(spec, "nan_guard_invisible", long_enough(spec, case))

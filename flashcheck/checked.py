@@ -1,0 +1,96 @@
+"""How much a run actually checked (issue 18: a run that checked nothing is not green).
+
+Registered by `flashcheck.plugin` for runs of a kernel (`--kernel`/`--family`). Each test records
+the examples it checked (`harness.EXAMPLES`: distinct cases given to a property) and the kernel
+calls it made (`faults.CALLS`: every call goes through `faults.guarded`) as a user property, so
+the numbers reach an xdist controller with the report. The summary says how much was checked; a
+run whose tests never called the kernel ends with NOTHING_CHECKED instead of 0.
+
+A Hypothesis test whose every draw the declarations reject ends `Unsatisfiable`; for a kernel
+under test that is a skip naming the declarations that narrowed it, not a failure of the kernel.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+#: Exit status of a run in which no test called the kernel (pytest's "no tests collected").
+NOTHING_CHECKED = pytest.ExitCode.NO_TESTS_COLLECTED
+_KEY = "flashcheck_checked"
+
+
+def _spec_of(item: pytest.Item) -> Any:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return params.get("spec") or getattr(params.get("fixture"), "spec", None)
+
+
+def nothing_to_draw(spec: Any) -> str:
+    """Why a test of `spec` drew nothing: the declarations that narrowed it."""
+    from flashcheck.external import narrowing
+
+    named = narrowing(spec)
+    what = ", ".join(named) if named else "its declared limits"
+    return f"nothing to check: {spec.name}'s declarations ({what}) exclude every input this test draws"
+
+
+class CheckedTally:
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.tests = self.tests_checked = self.examples = self.calls = 0
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Any:
+        from flashcheck import faults, harness
+
+        examples, calls = harness.EXAMPLES[0], faults.CALLS[0]
+        try:
+            return (yield)
+        except Exception as e:
+            from hypothesis.errors import Unsatisfiable
+
+            spec = _spec_of(item)
+            if isinstance(e, Unsatisfiable) and spec is not None:
+                raise pytest.skip.Exception(nothing_to_draw(spec)) from None
+            raise
+        finally:
+            item.user_properties.append(
+                (_KEY, {"examples": harness.EXAMPLES[0] - examples, "calls": faults.CALLS[0] - calls}))
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):
+            return
+        self.tests += 1
+        for key, value in report.user_properties:
+            if key == _KEY and report.when == "call":
+                self.examples += value["examples"]
+                self.calls += value["calls"]
+                self.tests_checked += bool(value["calls"])
+
+    def _verdict_here(self) -> bool:
+        """Only the process that reports (not an xdist worker), and only for the whole run: a child
+        that the supervisor restarted after a crash saw part of it."""
+        from flashcheck import isolation
+
+        return not hasattr(self.config, "workerinput") and not isolation.excluded()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self._verdict_here() and self.tests and not self.calls and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = NOTHING_CHECKED
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self._verdict_here() or not self.tests:
+            return
+        if not self.calls:
+            terminalreporter.write_sep("=", f"flashcheck: NOTHING WAS CHECKED: the kernel was never called in "
+                                            f"{self.tests} tests (every one skipped; -rs lists why)", red=True)
+            return
+        terminalreporter.write_line(
+            f"flashcheck: checked {self.examples} examples ({self.calls} kernel calls) in {self.tests_checked} of "
+            f"{self.tests} tests; {self.tests - self.tests_checked} called the kernel never")
+
+
+def register(config: pytest.Config) -> None:
+    if not config.pluginmanager.has_plugin("flashcheck-checked"):
+        config.pluginmanager.register(CheckedTally(config), "flashcheck-checked")

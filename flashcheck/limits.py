@@ -1,0 +1,112 @@
+"""Limits, not numerics (issue 18): a kernel that fails because an input is past what this device
+or its launch can take is told so, with the declaration that would skip that input.
+
+`classify` is the one place that maps a kernel's exception to a limit:
+
+| raised                                               | limit               | declaration                    |
+|------------------------------------------------------|---------------------|--------------------------------|
+| triton `OutOfResources` (shared memory, registers)   | per-block resources | softmax `max_n`, attention `max_head_dim` |
+| `Triton Error [CUDA]: invalid argument`, the interpreter's grid check (`interp_gpu`) | launch / grid limits | `max_numel` |
+| `torch.OutOfMemoryError` / "CUDA out of memory"      | device memory       | `max_numel`                    |
+
+Each declared value is this input's size minus one: Hypothesis shrinks a failure to the smallest
+input that still fails, so the shrunk example's hint is the largest size the kernel can take.
+`harness.check` (every property) and the tests that call a kernel directly (`diagnosed`) raise
+`KernelLimit` from the original exception. An fp32 attention result off by what TF32 matmuls give
+is not an exception: `tf32_hint` says so where the bound is checked.
+"""
+from __future__ import annotations
+
+import re
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import torch
+
+
+class KernelLimit(RuntimeError):
+    """The kernel hit a limit of the device or launch on this input (the message names the
+    declaration that skips it); a failure of the run, not of the kernel's numerics."""
+
+
+def _sizes(spec: Any, tensors: dict[str, torch.Tensor]) -> dict[str, int]:
+    ts = [t for t in tensors.values() if isinstance(t, torch.Tensor)]
+    out = {"numel": max((t.numel() for t in ts), default=0)}
+    main = tensors.get("x") if spec.family == "softmax" else tensors.get("k")
+    if main is not None and main.dim() >= 1:
+        out["n"] = int(main.shape[-2] if spec.family == "attention" and main.dim() >= 2 else main.shape[-1])
+    if spec.family == "attention" and tensors.get("q") is not None:
+        out["d"] = int(tensors["q"].shape[-1])
+    return out
+
+
+def _declare(key: str, value: int) -> str:
+    from flashcheck.external import FLAGS
+
+    flag = f"{FLAGS[key]} {value}" if key in FLAGS else f"--kernel-cap {key}={value}"
+    return f"declare `{key}={value}` ({flag}) to skip inputs this large"
+
+
+def classify(exc: BaseException, spec: Any, tensors: dict[str, torch.Tensor]) -> str | None:
+    """'limit reached: ...' for an exception that is a device or launch limit, else None."""
+    from flashcheck.interp_gpu import GpuIncompatible
+
+    text, name = str(exc), type(exc).__name__
+    size = _sizes(spec, tensors)
+    where = f"{spec.name} on {', '.join(f'{k}={v}' for k, v in size.items())}"
+    if name == "OutOfResources" or "out of resource" in text.lower():
+        m = re.search(r"out of resource:\s*([a-z ]+?)(?:,|$)", text, re.I)
+        resource = getattr(exc, "name", None) or (m.group(1).strip() if m else "resources")
+        need = getattr(exc, "required", None)
+        have = getattr(exc, "limit", None)
+        amount = f" ({need} needed, {have} per block on this GPU)" if need is not None and have is not None else ""
+        if spec.family == "attention" and size.get("d"):
+            decl = (f"{_declare('max_head_dim', size['d'] - 1)}, or `head_dims=` the ones it takes; a tile "
+                    f"config with less {resource} (fewer stages, smaller blocks) lifts the limit")
+        else:
+            decl = _declare("max_n", max(1, size.get("n", 1) - 1))
+        return f"limit reached: out of {resource}{amount}: {where}; {decl}"
+    launch = ("invalid argument" in text and ("CUDA" in text or "Triton Error" in text)) or \
+        (isinstance(exc, GpuIncompatible) and "grid dimension" in text)
+    if launch:
+        past = " (past 2^31 elements: a grid or 32-bit offset limit)" if size["numel"] >= 2**31 else ""
+        return (f"limit reached: the launch was rejected (grid or launch configuration limit){past}: {where}; "
+                f"{_declare('max_numel', max(1, size['numel'] - 1))}")
+    if isinstance(exc, torch.OutOfMemoryError) or "CUDA out of memory" in text:
+        return f"limit reached: out of GPU memory: {where}; {_declare('max_numel', max(1, size['numel'] - 1))}"
+    return None
+
+
+@contextmanager
+def diagnosed(spec: Any, tensors: dict[str, torch.Tensor]) -> Iterator[None]:
+    """Run a kernel call; an exception that is a limit becomes KernelLimit naming it."""
+    try:
+        yield
+    except Exception as exc:
+        hint = classify(exc, spec, tensors)
+        if hint is None:
+            raise
+        raise KernelLimit(f"{hint}\n  ({type(exc).__name__}: {str(exc).strip()[:300]})") from exc
+
+
+def within_declared_numel(spec: Any, tensors: dict[str, torch.Tensor]) -> bool:
+    """Whether every tensor of an input is within the kernel's declared `max_numel`."""
+    limit = (getattr(spec, "extra", None) or {}).get("max_numel")
+    return limit is None or all(t.numel() <= limit for t in tensors.values() if isinstance(t, torch.Tensor))
+
+
+def tf32_hint(o: Any, violations: Any) -> str:
+    """For an fp32 attention result that exceeds the exact-product ("ieee") bound: a line saying
+    whether the TF32 bound (`oracles.bounds.dot_input_error`) holds everywhere, i.e. the error is
+    what tf32 matmuls give (tl.dot's default for fp32), and which declaration checks that."""
+    if o.fmt.name != "fp32" or o.fp32_dot != "ieee" or not violations.any():
+        return ""
+    from flashcheck.oracles.attention import compare_attention
+
+    c = compare_attention(o.out, o.oracle, block_n=o.block_n, n_blocks=o.n_blocks, fp32_dot="tf32")
+    if (c.violations & violations).any():
+        return ""
+    return ("\n  limit reached: fp32 precision of its matmuls: every element is within the TF32 bound "
+            "(operands read with 10 mantissa bits, tl.dot's default input_precision for fp32): declare "
+            "`fp32_dot='tf32'` (--kernel-cap fp32_dot=tf32) to check it against that derived bound, or pass "
+            "input_precision=\"ieee\" to tl.dot")
