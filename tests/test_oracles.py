@@ -570,3 +570,44 @@ def test_near_midpoints_fall_back_and_decide(fmt: Format) -> None:
         assert same_bits(got, np.array(_naive(row, fmt)[0]))
     for row, got in zip(xl, lse):
         assert got == _naive(row, fmt)[1]
+
+
+# ---- the agreement harness (reports/oracle_agreement.py, the committed 10^6-element run) -------
+
+
+def test_agreement_harness_small_run_has_no_mismatch() -> None:
+    """The generator of reports/oracle_agreement.md at CI size: every class, 0 mismatches."""
+    from flashcheck.reports import oracle_agreement as agreement
+
+    result = agreement.run(3000, seed=1, long_log2=12, huge_log2=14, log=lambda _: None)
+    for classes in result.values():
+        assert set(classes) == set(agreement.CLASSES) | {"long", agreement.CONSTANT}
+        assert all(t.elements > 0 for t in classes.values())
+        assert sum(t.elements for t in classes.values()) >= 3000 + 3 * 2**12
+    assert agreement.mismatches(result) == 0
+
+
+def test_agreement_harness_catches_a_wrong_fast_path(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """A deliberately wrong fast path: exp of every non-max entry 2^-13 (relative) too large while
+    the float64 error bound still claims ~2^-50, so the fast path certifies wrong roundings. The
+    harness must count mismatches in every format and for both functions, and exit 1."""
+    from flashcheck.reports import oracle_agreement as agreement
+
+    real = softmax_mod._exp_terms
+
+    def wrong(x: np.ndarray, m: np.ndarray):
+        e, r, tiny = real(x, m)
+        return np.where(x == m[:, None], e, e * (1 + 2.0**-13)), r, tiny
+
+    monkeypatch.setattr(softmax_mod, "_exp_terms", wrong)
+    result = agreement.run(1000, seed=2, long_log2=8, huge_log2=8, log=lambda _: None)
+    for classes in result.values():
+        assert sum(t.elements - t.agree for t in classes.values()) > 0
+        assert sum(t.rows - t.lse_agree for t in classes.values()) > 0
+    out = tmp_path / "agreement.md"
+    argv = ["--out", str(out), "--elements", "1000", "--seed", "2", "--long-log2", "8", "--huge-log2", "8"]
+    assert agreement.main(argv) == 1
+    assert f"**Total mismatches: {agreement.mismatches(result)}.**" in out.read_text()
+    monkeypatch.undo()  # the real fast path on the same rows: no mismatch, exit 0
+    assert agreement.main(argv) == 0
+    assert "**Total mismatches: 0.**" in out.read_text()
