@@ -338,7 +338,7 @@ def test_a_real_failure_of_ours_still_leaves_a_fixture(tmp_path: Path, settings:
 
 
 def test_tooling_runs_get_a_temporary_fixture_dir(monkeypatch: pytest.MonkeyPatch) -> None:
-    from flashcheck.reports import kill_matrix
+    from flashcheck import killrun
 
     seen = {}
 
@@ -346,8 +346,8 @@ def test_tooling_runs_get_a_temporary_fixture_dir(monkeypatch: pytest.MonkeyPatc
         seen.update(cmd=cmd, env=kw["env"])
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
-    monkeypatch.setattr(kill_matrix.subprocess, "run", fake)
-    kill_matrix.run_pytest(["tests/test_softmax.py"])
+    monkeypatch.setattr(killrun.subprocess, "run", fake)
+    killrun.run_pytest(["tests/test_softmax.py"])
     dirs = [a for a in seen["cmd"] if a.startswith("--fixture-dir=")]
     assert len(dirs) == 1 and not fx.is_suite_dir(Path(dirs[0].split("=", 1)[1])), seen["cmd"]
     assert seen["env"][fx.SUITE_ENV] == "0"
