@@ -31,6 +31,7 @@ from . import output
 from .document import Block, Bullets, Heading, Image, Para, Table, to_html, to_markdown
 
 PROG = "flashcheck report"
+DEFAULT_OUT = "flashcheck-report"  # relative to the working directory; the GPU workflow uploads it
 
 
 # ---- numbers as text -----------------------------------------------------------------------------
@@ -378,7 +379,7 @@ def _options(argv: Sequence[str]) -> argparse.Namespace | int:
         return _error(f"--budget {args.budget}: expected a positive number of seconds")
     if args.timeout is not None and not 0 < args.timeout < math.inf:
         return _error(f"--timeout {args.timeout}: expected a positive number of seconds")
-    args.out = (args.out if args.out is not None else Path.cwd() / "flashcheck-report").resolve()
+    args.out = (args.out if args.out is not None else Path.cwd() / DEFAULT_OUT).resolve()
     problem = output.problem(args.out)
     if problem:
         return _error(problem)

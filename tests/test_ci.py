@@ -215,7 +215,9 @@ def test_gpu_workflow_shards_over_its_matrix() -> None:
         assert needed in run, needed
     uploaded = "\n".join(str(s.get("with", {}).get("path", "")) for s in job["steps"]
                          if str(s.get("uses", "")).startswith("actions/upload-artifact"))
-    for artefact in ("junit", "tests/regressions", "reports/out"):
+    from flashcheck.reports.cli import DEFAULT_OUT
+
+    for artefact in ("junit", "tests/regressions", DEFAULT_OUT):
         assert artefact in uploaded, artefact
 
 
