@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-#: Exit status of a run in which no test called the kernel (pytest's "no tests collected").
-NOTHING_CHECKED = pytest.ExitCode.NO_TESTS_COLLECTED
+from flashcheck.exitcodes import NOTHING_CHECKED
+
 _KEY = "flashcheck_checked"
 
 

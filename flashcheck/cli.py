@@ -150,7 +150,7 @@ def _replay(argv: Sequence[str]) -> int:
                                      "even if it was recorded for another")
     p.add_argument("--family", choices=FAMILIES, help="the family of a plain --kernel function "
                                                       "(default: the fixtures')")
-    p.add_argument("--timeout", type=_seconds, default=DEFAULT_TASK_TIMEOUT, metavar="S",
+    p.add_argument("--timeout", type=exitcodes.seconds, default=DEFAULT_TASK_TIMEOUT, metavar="S",
                    help=f"seconds per fixture before its kernel counts as hung (default {DEFAULT_TASK_TIMEOUT:g})")
     ns = p.parse_args(argv)
     supervised = _supervised("replay", argv, "fixtures")
@@ -236,17 +236,6 @@ def _replay(argv: Sequence[str]) -> int:
             "no fixture named is for a registered kernel (name its kernel with --kernel TARGET)"), file=sys.stderr)
         return exitcodes.NOTHING_CHECKED
     return exitcodes.OK
-
-
-def _seconds(value: str) -> float:
-    """A positive number of seconds (an argparse type)."""
-    try:
-        t = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r}: expected seconds") from None
-    if not t > 0 or t == float("inf"):
-        raise argparse.ArgumentTypeError(f"{value!r}: expected a positive number of seconds")
-    return t
 
 
 def _family_of(paths: list[Path]) -> str | None:

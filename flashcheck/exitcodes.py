@@ -55,6 +55,17 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
+def seconds(value: str) -> float:
+    """A positive, finite number of seconds (an argparse type: a bad one is a usage error)."""
+    try:
+        t = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected seconds") from None
+    if not t > 0 or t == float("inf"):
+        raise argparse.ArgumentTypeError(f"{value!r}: expected a positive number of seconds")
+    return t
+
+
 def internal_error(prog: str, exc: BaseException) -> int:
     """One line naming a bug of the tool and where its traceback went; INTERNAL."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
@@ -106,4 +117,4 @@ def guarded(prog: str, main: Callable[[Sequence[str]], int | None], argv: Sequen
 
 
 __all__ = ["OK", "FAILED", "USAGE", "INTERNAL", "NOTHING_CHECKED", "INTERRUPTED", "TABLE", "worst",
-           "from_pytest", "ArgumentParser", "internal_error", "guarded"]
+           "from_pytest", "ArgumentParser", "seconds", "internal_error", "guarded"]

@@ -55,12 +55,16 @@ def _positive_int(v: Any) -> int:
     return int(v)
 
 
+#: How a declaration (or a command line) writes false.
+FALSE_WORDS = ("0", "false", "no", "off")
+
+
 def _bool(v: Any) -> bool:
     if isinstance(v, str):
         low = v.strip().lower()
         if low in ("1", "true", "yes", "on"):
             return True
-        if low in ("0", "false", "no", "off"):
+        if low in FALSE_WORDS:
             return False
     if isinstance(v, bool):
         return v
@@ -178,11 +182,14 @@ FLAGS = {"dtypes": "--kernel-dtypes", "min_n": "--kernel-min-n", "max_n": "--ker
 COMMAND_LINE = "command line"
 
 
+def flag(key: str, value: Any) -> str:
+    """A declaration as a command line writes it (`--kernel-min-n 5000`, `--kernel-cap KEY=VALUE`)."""
+    return f"{FLAGS[key]} {value}" if key in FLAGS else f"--kernel-cap {key}={value}"
+
+
 def _declared_by(key: str, value: Any, origin: str) -> str:
     """How a declaration was made, as a user would write it again (skip reasons name it)."""
-    if origin == COMMAND_LINE:
-        return f"{FLAGS[key]} {value}" if key in FLAGS else f"--kernel-cap {key}={value}"
-    return f"{key}={value!r} ({origin})"
+    return flag(key, value) if origin == COMMAND_LINE else f"{key}={value!r} ({origin})"
 
 
 def apply_capabilities(base: dict[str, Any], caps: Mapping[str, Any], family: str, origin: str) -> dict[str, Any]:

@@ -26,14 +26,13 @@ import json
 import os
 import platform
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from flashcheck import FAMILIES, HOME, LOCAL_FIXTURE_DIR
+from flashcheck import FAMILIES, HOME, LOCAL_FIXTURE_DIR, atomic
 
 FIXTURE_FORMAT = 2  # 2: the kernel's identity (format 1 named it by file stem only)
 #: flashcheck's own committed fixtures; written only when the suite's opt-in is on (SUITE_ENV).
@@ -276,7 +275,7 @@ def fixture_key(payload: dict[str, Any]) -> str:
 
 
 def save_fixture(spec: Any, name: str, case: Any, exc: BaseException, directory: Path | None = None) -> Path:
-    """Write the failing case atomically (a temporary file in the same folder, then os.replace); one
+    """Write the failing case atomically (`flashcheck.atomic`: a temporary file, then os.replace); one
     file per distinct failure, safe under xdist. OSError when it cannot (the caller notes why)."""
     payload = fixture_payload(spec, name, case, exc)
     d = Path(directory) if directory else fixture_dir()
@@ -286,16 +285,7 @@ def save_fixture(spec: Any, name: str, case: Any, exc: BaseException, directory:
     safe_kernel = "".join(c if c.isalnum() or c in "-_" else "_" for c in spec.name)
     path = d / f"{safe_kernel}__{name}__{fixture_key(payload)}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=1)
-            f.write("\n")
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; fixtures are for reviewers too
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic.write_text(path, json.dumps(payload, indent=1) + "\n")  # readable: fixtures are for reviewers too
     return path
 
 

@@ -41,10 +41,9 @@ def _sizes(spec: Any, tensors: dict[str, torch.Tensor]) -> dict[str, int]:
 
 
 def _declare(key: str, value: int) -> str:
-    from flashcheck.external import FLAGS
+    from flashcheck.external import flag
 
-    flag = f"{FLAGS[key]} {value}" if key in FLAGS else f"--kernel-cap {key}={value}"
-    return f"declare `{key}={value}` ({flag}) to skip inputs this large"
+    return f"declare `{key}={value}` ({flag(key, value)}) to skip inputs this large"
 
 
 def classify(exc: BaseException, spec: Any, tensors: dict[str, torch.Tensor]) -> str | None:

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from flashcheck import HOME
+from flashcheck import HOME, atomic
 
 MUTANT_ENV = "FLASHCHECK_MUTANT"
 DEFAULT_STORE = HOME / "reports" / "out" / "mutants.json"
@@ -738,9 +738,7 @@ def run(mutants: list[Mutant], *, jobs: int, timeout: float, store: Path, resume
         with _STORE_LOCK:  # merge with the file: another run may have written it meanwhile
             on_disk = load_store(store)
             on_disk[m.key] = r
-            tmp = store.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(on_disk, indent=1))
-            os.replace(tmp, store)
+            atomic.write_text(store, json.dumps(on_disk, indent=1))
         by = f" by {r['caught_by_test']} [{r['caught_by_property']}]" if r["status"] == "killed" else ""
         log(f"  {r['status']:<20} {r['wall_seconds']:>6.1f}s  {m.id}  {m.description}{by}")
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from flashcheck import signature
 from flashcheck.harness import Case, prop, storage_snapshot
 from flashcheck.limits import tf32_hint, within_declared_numel
 from flashcheck.kernels.registry import KernelSpec
@@ -32,7 +33,7 @@ from flashcheck.oracles.attention import (
 )
 from flashcheck.oracles.bounds import ones_v_tolerance
 from flashcheck.oracles.formats import FP32, Format, format_of, to_float64
-from flashcheck.strategies.attention import case_inputs, is_varlen, varlen_inputs
+from flashcheck.strategies.attention import case_inputs, is_varlen, varlen_inputs, varlen_sequences
 
 FAMILY = "attention"
 CORE_PROPERTIES = ("output_contract", "input_untouched", "special_values", "matches_oracle", "lse_matches_oracle")
@@ -124,18 +125,14 @@ def _split(res, want_lse: bool):
 
 
 def _varlen_parts(spec: KernelSpec, case: Case, out: torch.Tensor, lse: torch.Tensor | None) -> list[Outcome]:
-    t = case.tensors
-    cq, ck = t["cu_seqlens_q"].tolist(), t["cu_seqlens_k"].tolist()
-    kw = {k: v for k, v in case.kwargs.items() if k not in ("max_seqlen_q", "max_seqlen_k")}
-    fmt = format_of(t["q"].dtype)
+    kw, seqs = varlen_sequences(case)
+    fmt = format_of(case.tensors["q"].dtype)
     parts = []
-    for b in range(len(cq) - 1):
-        sl_q, sl_k = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
-        q, k, v = (x.transpose(0, 1)[None] for x in (t["q"][sl_q], t["k"][sl_k], t["v"][sl_k]))
+    for sl_q, q, k, v, keys in seqs:
         o = out[sl_q].transpose(0, 1)[None]
         lb = lse[:, sl_q][None] if lse is not None else None
         # the launch is sized for the longest sequence: its blocking (conservative for this one)
-        bn, nb = blocking(spec, q.shape[-1], max(int(case.kwargs["max_seqlen_k"]), k.shape[2]), q.dtype, kw)
+        bn, nb = blocking(spec, q.shape[-1], keys, q.dtype, kw)
         parts.append(Outcome(q, k, v, kw, o, lb, fmt, bn, nb, spec.lse_empty, fp32_dot(spec)))
     return parts
 
@@ -700,11 +697,10 @@ __all__ = ["CORE_PROPERTIES", "METAMORPHIC_PROPERTIES", "VARLEN_PROPERTIES", "Ou
 def _features_used(case: Case) -> set[str]:
     """The optional features a dense case asks for (a fixture may predate a declaration)."""
     q, k, v, kw = case_inputs(case)
-    used = {f for f, on in (("attn_mask", kw.get("attn_mask") is not None),
-                            ("window", tuple(kw.get("window") or (-1, -1)) != (-1, -1)),
-                            ("softcap", bool(kw.get("softcap"))), ("splits", kw.get("num_splits") not in (None, 1)),
-                            ("gqa", q.shape[1] != k.shape[1]), ("dv", v.shape[-1] != q.shape[-1])) if on}
-    return used
+    keyword = signature.KEYWORDS[FAMILY]
+    used = {f for f in ("attn_mask", "window", "softcap", "splits")
+            if not signature.asks_nothing(keyword[f], kw.get(keyword[f]))}
+    return used | {f for f, on in (("gqa", q.shape[1] != k.shape[1]), ("dv", v.shape[-1] != q.shape[-1])) if on}
 
 
 def fit_to_declarations(spec: KernelSpec, case: Case) -> Case | None:

@@ -25,7 +25,7 @@ KEYWORDS: dict[str, dict[str, str]] = {
 }
 
 
-def _neutral(keyword: str, value: Any, aligns: tuple[str, ...]) -> bool:
+def asks_nothing(keyword: str, value: Any, aligns: tuple[str, ...] = ()) -> bool:
     """Whether `keyword=value` asks for nothing a function without the keyword does not do."""
     if keyword == "causal_align":  # the one alignment it implements, keyword or not
         return len(aligns) == 1 and value == aligns[0]
@@ -65,6 +65,14 @@ def accepted(fn: Callable) -> Accepted | None:
     return Accepted(names, f"{getattr(fn, '__name__', 'fn')}{sig}")
 
 
+def _declared_false(value: Any) -> bool:
+    """A declaration that says the feature is absent (False, 0 or a false word)."""
+    from flashcheck.external import FALSE_WORDS
+
+    return (isinstance(value, str) and value.strip().lower() in FALSE_WORDS) or (
+        not isinstance(value, str) and value == 0)
+
+
 def contradictions(acc: Accepted | None, family: str, declared: Mapping[str, Any], origin: str) -> list[str]:
     """One line per declaration in `declared` (raw capability dict) the signature cannot honour."""
     if acc is None or acc.keywords is None:
@@ -79,7 +87,7 @@ def contradictions(acc: Accepted | None, family: str, declared: Mapping[str, Any
             if len(many) > 1:
                 out.append(f"{origin}: causal_align={value!r} declares {len(many)} alignments, but {acc.text} "
                            f"takes no `causal_align` keyword to choose one (declare the one it implements)")
-        elif value not in (False, "false", "False", "0", 0, "no", "off"):
+        elif not _declared_false(value):
             out.append(f"{origin}: {key}={value!r} declares `{keyword}=`, but {acc.text} takes no `{keyword}` "
                        f"keyword (declare {key}=false, or add the keyword)")
     for kind in ("configs", "tunings"):
@@ -117,7 +125,7 @@ def adapt(fn: Callable, acc: Accepted | None, family: str, aligns: tuple[str, ..
     @functools.wraps(fn)
     def call(*args: Any, **kw: Any) -> Any:
         for key in missing & kw.keys():
-            if _neutral(key, kw[key], aligns):
+            if asks_nothing(key, kw[key], aligns):
                 del kw[key]
         return fn(*args, **kw)
 

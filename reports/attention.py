@@ -21,7 +21,7 @@ from flashcheck.kernels.registry import KernelSpec
 from flashcheck.properties_attention import blocking
 from flashcheck.oracles.attention import AttentionOracle, attention_oracle, compare_attention, effective_scale
 from flashcheck.oracles.formats import Format, to_float64, ulp_of
-from flashcheck.strategies.attention import CLASSES, case_inputs, is_varlen, varlen_inputs
+from flashcheck.strategies.attention import CLASSES, case_inputs, is_varlen, varlen_inputs, varlen_sequences
 from flashcheck.strategies.case import Case
 
 from ._stats import Measurement
@@ -76,15 +76,9 @@ def prepare(case: Case, fmt: Format) -> Prepared:
     # Judged sequence by sequence, as the suite does: each sequence's own oracle, the launch's
     # blocking (sized for max_seqlen_k).
     args, kw = varlen_inputs(case)
-    q, k, v, cu_q, cu_k = args
-    dense_kw = {n: x for n, x in kw.items() if n not in ("max_seqlen_q", "max_seqlen_k")}
-    cq, ck = cu_q.tolist(), cu_k.tolist()
-    parts = []
-    for b in range(len(cq) - 1):
-        sq, sk = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
-        qb, kb, vb = (x.transpose(0, 1)[None] for x in (q[sq], k[sk], v[sk]))
-        parts.append((sq, _dense(qb, kb, vb, dense_kw, fmt, keys=max(int(kw["max_seqlen_k"]), kb.shape[2]))))
-    return Prepared(q, k, v, kw, fmt, None, None, varlen=(args, kw), parts=parts)
+    dense_kw, seqs = varlen_sequences(case)
+    parts = [(sq, _dense(qb, kb, vb, dense_kw, fmt, keys=keys)) for sq, qb, kb, vb, keys in seqs]
+    return Prepared(*args[:3], kw, fmt, None, None, varlen=(args, kw), parts=parts)
 
 
 def supports(spec: KernelSpec, p: Prepared) -> bool:

@@ -342,7 +342,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                    help="stop after this many seconds (every class gets at least one input, and the same count +-1; "
                         "default $FLASHCHECK_REPORT_BUDGET, else none)")
-    p.add_argument("--timeout", type=float, default=None, metavar="S",
+    p.add_argument("--timeout", type=exitcodes.seconds, default=None, metavar="S",
                    help="seconds one kernel call may take before it counts as hung: that kernel's error on that "
                         f"input, and the report goes on (default {DEFAULT_TASK_TIMEOUT:g})")
     p.add_argument("--no-fail", action="store_true", help="exit 0 even when a kernel fails")
@@ -377,8 +377,6 @@ def _options(argv: Sequence[str]) -> argparse.Namespace | int:
         return _error(f"--examples {args.examples}: expected a positive integer")
     if args.budget is not None and not args.budget > 0:
         return _error(f"--budget {args.budget}: expected a positive number of seconds")
-    if args.timeout is not None and not 0 < args.timeout < math.inf:
-        return _error(f"--timeout {args.timeout}: expected a positive number of seconds")
     args.out = (args.out if args.out is not None else Path.cwd() / DEFAULT_OUT).resolve()
     problem = output.problem(args.out)
     if problem:

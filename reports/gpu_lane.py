@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from flashcheck import HOME
+from flashcheck import HOME, atomic
 from flashcheck.phases import PHASES, summarize
 
 
@@ -247,10 +247,8 @@ def write_record(out: Path, rec: dict) -> Path:
             lines += ["Sanitizer reports:", ""] + [f"- `{e}`" for e in w["error_lines"]] + \
                      [f"- kernel `{k}`" for k in w["kernels"]] + [""]
     path = out / "gpu_run.md"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("\n".join(lines))
-    os.replace(tmp, path)
-    (out / "gpu_run.json").write_text(json.dumps(rec, indent=1))
+    atomic.write_text(path, "\n".join(lines))
+    atomic.write_text(out / "gpu_run.json", json.dumps(rec, indent=1))
     return path
 
 

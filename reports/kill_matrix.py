@@ -16,7 +16,6 @@ The numbers are measured inside the subprocess by the engine's plugin, `flashche
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -25,8 +24,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-
+from flashcheck import atomic
 from flashcheck.killrun import run_pytest
+
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
 #: The tracked kill matrix (committed): per zoo entry, whether the ci profile on the CPU catches it,
 #: with which test and property, and after how many examples and seconds. tests/test_zoo.py holds
@@ -141,7 +141,7 @@ def record_matrix(rows: list[dict[str, Any]], env: dict[str, str], path: Path = 
                     "checked) and kernel calls until the first failing check, seconds from the session's start "
                     "to it (CPU-load dependent), the subprocess's wall seconds. caught null: GPU only.",
            "environment": {**env, "profile": "ci", "shrink": False}, "entries": entries}
-    path.write_text(json.dumps(out, indent=1, sort_keys=False) + "\n")
+    atomic.write_text(path, json.dumps(out, indent=1, sort_keys=False) + "\n")
     return out
 
 
@@ -233,11 +233,8 @@ def main(argv: list[str] | None = None, *, out: Path | None = None) -> int:
     rows = run_all(args.zoo, jobs=args.jobs, out_dir=args.out, first_only=not args.all_failures,
                    shrink=not args.no_shrink, extra_args=args.pytest_args.split() or None)
     # Each file whole or not at all (the folder also holds kill_fixtures/, so it is not swapped).
-    for name, text in (("kill_matrix.md", to_markdown(rows, env)),
-                       ("kill_matrix.json", json.dumps({"environment": env, "rows": rows}, indent=1))):
-        tmp = args.out / f".{name}.tmp-{os.getpid()}"
-        tmp.write_text(text)
-        os.replace(tmp, args.out / name)
+    atomic.write_text(args.out / "kill_matrix.md", to_markdown(rows, env))
+    atomic.write_text(args.out / "kill_matrix.json", json.dumps({"environment": env, "rows": rows}, indent=1))
     if args.record:
         record_matrix(rows, env)
         print(f"recorded {len(rows)} entries in {MATRIX}")

@@ -716,6 +716,21 @@ def varlen_inputs(case: Case) -> tuple[tuple[torch.Tensor, ...], dict]:
     return (t["q"], t["k"], t["v"], t["cu_seqlens_q"], t["cu_seqlens_k"]), dict(case.kwargs)
 
 
+def varlen_sequences(case: Case) -> tuple[dict, list[tuple[slice, torch.Tensor, torch.Tensor, torch.Tensor, int]]]:
+    """A packed varlen case as one dense problem per sequence: the kwargs of a dense call (no
+    max_seqlen_*), and per sequence its rows of the packed output, its q, k, v as (1, H, len, D)
+    views, and the key length the one varlen launch is sized for (its blocking: max_seqlen_k)."""
+    t = case.tensors
+    cq, ck = t["cu_seqlens_q"].tolist(), t["cu_seqlens_k"].tolist()
+    kw = {n: x for n, x in case.kwargs.items() if n not in ("max_seqlen_q", "max_seqlen_k")}
+    seqs = []
+    for b in range(len(cq) - 1):
+        sq, sk = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
+        q, k, v = (x.transpose(0, 1)[None] for x in (t["q"][sq], t["k"][sk], t["v"][sk]))
+        seqs.append((sq, q, k, v, max(int(case.kwargs["max_seqlen_k"]), k.shape[2])))
+    return kw, seqs
+
+
 __all__ = ["CLASSES", "CLASS_FEATURES", "LAYOUTS", "ODD_HEAD_DIMS", "Caps", "Limits", "default_limits",
-           "attention_cases", "case_inputs", "varlen_inputs", "is_varlen", "classes_for", "class_strategy",
+           "attention_cases", "case_inputs", "varlen_inputs", "varlen_sequences", "is_varlen", "classes_for", "class_strategy",
            "place", *[f.__name__ for f in CLASSES.values()]]

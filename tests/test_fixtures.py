@@ -195,7 +195,9 @@ def test_temporary_files_are_never_collected(tmp_path: Path, monkeypatch: pytest
     def boom(*a, **k):
         raise OSError("disk full")
 
-    monkeypatch.setattr(fx.json, "dump", boom)
+    from flashcheck import atomic
+
+    monkeypatch.setattr(atomic.os, "replace", boom)  # the temporary file exists by then
     with pytest.raises(OSError, match="disk full"):
         fx.save_fixture(registered("softmax"), "matches_oracle", _case(), AssertionError("x"), tmp_path / "w")
     assert not list((tmp_path / "w").iterdir()), "a failed write left its temporary file"
