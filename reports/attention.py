@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from flashcheck.kernels.registry import KernelSpec
-from flashcheck.properties_attention import blocking
+from flashcheck.properties_attention import blocking, fp32_dot
 from flashcheck.oracles.attention import AttentionOracle, attention_oracle, compare_attention, effective_scale
 from flashcheck.oracles.formats import Format, to_float64, ulp_of
 from flashcheck.strategies.attention import CLASSES, case_inputs, is_varlen, varlen_inputs, varlen_sequences
@@ -114,7 +114,7 @@ def measure(spec: KernelSpec, p: Prepared, out: torch.Tensor) -> Measurement:
                            features={n: np.concatenate([m.features[n] for m in ms]) for n in FEATURES})
     orc = p.oracle
     bn, nb = blocking(spec, p.q.shape[-1], p.keys, p.q.dtype, p.kw)
-    c = compare_attention(out, orc, block_n=bn, n_blocks=nb)
+    c = compare_attention(out, orc, block_n=bn, n_blocks=nb, fp32_dot=fp32_dot(spec))  # the suite's bound
     y, r = c.actual, c.oracle
     mism = mismatch_of(y, r)
     ratio = np.where(mism, np.inf, c.bound_ratio())

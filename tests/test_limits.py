@@ -160,6 +160,16 @@ def test_tf32_error_is_diagnosed_and_declared_tf32_passes() -> None:
     check(_tf32_spec("tf32"), "matches_oracle", _attention_case())  # a new case: outcomes are cached per case
 
 
+def test_the_report_judges_a_declared_tf32_kernel_by_the_suites_bound() -> None:
+    from flashcheck.oracles.formats import FP32 as F32
+    from flashcheck.reports import attention as report
+
+    p = report.prepare(_attention_case(), F32)
+    verdicts = {dot: report.measure(spec, p, report.call(spec, p)).violation.sum()
+                for dot, spec in (("ieee", _tf32_spec(None)), ("tf32", _tf32_spec("tf32")))}
+    assert verdicts["ieee"] > 0 and verdicts["tf32"] == 0, verdicts
+
+
 @settings(max_examples=15, deadline=None, database=None, derandomize=True)
 @given(data=st.data())
 def test_tf32_bound_holds_for_a_tf32_kernel(data: st.DataObject) -> None:
