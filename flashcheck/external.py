@@ -301,9 +301,9 @@ TUNING_KWARG = "flashcheck_autotune_config"
 def _with_autotune_tunings(fn: Callable) -> tuple[Callable, tuple[dict[str, Any], ...]]:
     """A launcher whose kernels are `@triton.autotune`d: every config becomes a tuning (each must
     meet the bound), run by forcing it; the plain call runs the autotuner's own choice."""
-    from flashcheck import interpreter
+    from flashcheck import autotune
 
-    found = interpreter.tunings(fn)
+    found = autotune.tunings(fn)
     if not found:
         return fn, ()
     by_label = {t.label: t for t in found}

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from flashcheck import autotune
 from flashcheck import interpreter as fi
 from flashcheck.kernels import DEVICE, INTERPRET
 from flashcheck.kernels._runtime import tl, triton
@@ -408,10 +409,10 @@ def tuned_softmax(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def test_autotune_runs_every_config() -> None:
     x = torch.cat([adversarial_bf16_rows()] * 6, dim=1)[:, :200].contiguous()  # several tiles per row
-    assert fi.autotuned_kernels(tuned_softmax) == [_tuned_softmax_kernel]
-    assert fi.autotune_configs(tuned_softmax) == CONFIGS
-    tunings = fi.tunings(tuned_softmax)
-    assert [t.label for t in tunings] == [f"_tuned_softmax_kernel[{fi.describe_config(c)}]" for c in CONFIGS]
+    assert autotune.autotuned_kernels(tuned_softmax) == [_tuned_softmax_kernel]
+    assert autotune.autotune_configs(tuned_softmax) == CONFIGS
+    tunings = autotune.tunings(tuned_softmax)
+    assert [t.label for t in tunings] == [f"_tuned_softmax_kernel[{autotune.describe_config(c)}]" for c in CONFIGS]
     for tuning, config in zip(tunings, CONFIGS):
         with tuning():
             y, block = tuned_softmax(x.to(DEVICE))
@@ -425,10 +426,10 @@ def test_autotune_runs_every_config() -> None:
 
 def test_force_config_rejects_foreign_config() -> None:
     with pytest.raises(ValueError, match="not one of"):
-        with fi.force_config(_tuned_softmax_kernel, triton.Config({"BLOCK": 64}, num_warps=1)):
+        with autotune.force_config(_tuned_softmax_kernel, triton.Config({"BLOCK": 64}, num_warps=1)):
             pass
     with pytest.raises(ValueError, match="holds 0"):
-        fi.autotune_configs(naive_softmax)
+        autotune.autotune_configs(naive_softmax)
 
 
 # ---- the patch's own guard rails ----------------------------------------------------------------
@@ -469,7 +470,7 @@ def test_autotuned_kernels_found_through_module_and_closure() -> None:
             kernel[(1,)](x, x, x, 1)
         return launch
 
-    assert fi.autotuned_kernels(through_module) == [_tuned_softmax_kernel]
-    assert fi.autotuned_kernels(make_closure()) == [_tuned_softmax_kernel]
-    assert fi.autotuned_kernels(_tuned_softmax_kernel) == [_tuned_softmax_kernel]
-    assert fi.tunings(naive_softmax) == []
+    assert autotune.autotuned_kernels(through_module) == [_tuned_softmax_kernel]
+    assert autotune.autotuned_kernels(make_closure()) == [_tuned_softmax_kernel]
+    assert autotune.autotuned_kernels(_tuned_softmax_kernel) == [_tuned_softmax_kernel]
+    assert autotune.tunings(naive_softmax) == []
