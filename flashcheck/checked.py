@@ -1,7 +1,7 @@
 """How much a run actually checked (issue 18: a run that checked nothing is not green).
 
 Registered by `flashcheck.plugin` for runs of a kernel (`--kernel`/`--family`). Each test records
-the examples it checked (`harness.EXAMPLES`: distinct cases given to a property) and the kernel
+the examples it checked (`properties.EXAMPLES`: distinct cases given to a property) and the kernel
 calls it made (`faults.CALLS`: every call goes through `faults.guarded`) as a user property, so
 the numbers reach an xdist controller with the report. The summary says how much was checked; a
 run whose tests never called the kernel ends with NOTHING_CHECKED instead of 0.
@@ -41,9 +41,9 @@ class CheckedTally:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Any:
-        from flashcheck import faults, harness
+        from flashcheck import faults, properties
 
-        examples, calls = harness.EXAMPLES[0], faults.CALLS[0]
+        examples, calls = properties.EXAMPLES[0], faults.CALLS[0]
         try:
             return (yield)
         except Exception as e:
@@ -55,7 +55,7 @@ class CheckedTally:
             raise
         finally:
             item.user_properties.append(
-                (_KEY, {"examples": harness.EXAMPLES[0] - examples, "calls": faults.CALLS[0] - calls}))
+                (_KEY, {"examples": properties.EXAMPLES[0] - examples, "calls": faults.CALLS[0] - calls}))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):

@@ -157,13 +157,13 @@ def _replay(argv: Sequence[str]) -> int:
     if supervised is not None:
         return supervised
     from flashcheck import fixtures as fx
-    from flashcheck import harness, isolation
+    from flashcheck import isolation, properties
     from flashcheck.faults import GpuFault
     from flashcheck.external import KernelLoadError, load_kernel
     from flashcheck.kernels import DEVICE
     from flashcheck.kernels.registry import PRODUCTION
 
-    harness.configure(save=False)
+    fx.configure(save=False)
     explicit: list[Path] = []
     found: list[Path] = []
     for f in ns.fixtures:
@@ -210,7 +210,7 @@ def _replay(argv: Sequence[str]) -> int:
         what = f"{r.path} ({r.spec.name}, {r.payload['property']}{'; ' + r.reason if r.reason else ''})"
         with isolation.task(str(r.path), ns.timeout):
             try:
-                harness.check(r.spec, r.payload["property"], case)
+                properties.check(r.spec, r.payload["property"], case)
             except GpuFault as e:  # the context is dead: with a parent, a fresh child replays the rest
                 isolation.fault_exit(f"{r.path}: {e}")
                 counts["failed"] += 1

@@ -14,7 +14,7 @@ to `KernelSpec.fn` and `varlen_fn`, the one choke point every property, test and
 `GpuFault` is a BaseException, not an Exception: nothing that catches a kernel's ordinary errors
 (a bad-input test expecting a raise, a report counting a kernel's errors) swallows it, and
 Hypothesis does not shrink it (it re-runs only failures it catches; shrinking in a dead context
-would blame every later example). `flashcheck.harness.check` saves the case as a fixture at once,
+would blame every later example). `flashcheck.properties.check` saves the case as a fixture at once,
 and the pytest plugin ends the poisoned process (`flashcheck.isolation`).
 """
 from __future__ import annotations

@@ -423,7 +423,7 @@ class Replay:
 def plan_replays(paths: list[Path], specs: list[Any], *, force: bool = False) -> list[Replay]:
     """Match fixtures to the kernels under test by identity. force (one kernel, fixture files named
     by the user): replay each against it even when it was recorded for another, with a note."""
-    from flashcheck.harness import PROPERTIES, load_properties
+    from flashcheck.properties import PROPERTIES, load_properties
     from flashcheck.kernels.registry import PRODUCTION
 
     load_properties()

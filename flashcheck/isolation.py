@@ -146,7 +146,7 @@ def note_input(spec: Any, prop: str, case: Any) -> None:
         return
     import torch
 
-    from flashcheck import harness
+    from flashcheck import fixtures
 
     d = Path(_DIR)
     path = d / f"case-{os.getpid()}.pt"
@@ -155,8 +155,8 @@ def note_input(spec: Any, prop: str, case: Any) -> None:
                 "kwargs": dict(case.kwargs), "label": case.label}, tmp)
     os.replace(tmp, path)
     record("input", task=_J["task"], kernel=spec.name, family=spec.family, property=prop,
-           target=harness.kernel_target(spec) if spec.external else None, case=repr(case), file=str(path),
-           save=harness.saving_enabled(), fixture_dir=str(harness.fixture_dir()))
+           target=fixtures.kernel_target(spec) if spec.external else None, case=repr(case), file=str(path),
+           save=fixtures.saving_enabled(), fixture_dir=str(fixtures.fixture_dir()))
 
 
 def fault_exit(message: str) -> None:
@@ -260,7 +260,7 @@ def _fixture(inp: dict[str, Any], message: str) -> str:
     try:
         import torch
 
-        from flashcheck import harness
+        from flashcheck import fixtures, repro
         from flashcheck.kernels.registry import KernelSpec
         from flashcheck.strategies.case import Case
 
@@ -268,9 +268,9 @@ def _fixture(inp: dict[str, Any], message: str) -> str:
         case = Case(tensors=data["tensors"], kwargs=data["kwargs"], label=data["label"])
         spec = KernelSpec(name=inp["kernel"], family=inp["family"], fn=_never, external=bool(inp.get("target")),
                           extra={"target": inp.get("target")} if inp.get("target") else {})
-        harness.configure(directory=Path(inp["fixture_dir"]))
-        path = harness.save_fixture(spec, inp["property"], case, KernelCrashed(message))
-        return harness.replay_note(path, spec)
+        fixtures.configure(directory=Path(inp["fixture_dir"]))
+        path = fixtures.save_fixture(spec, inp["property"], case, KernelCrashed(message))
+        return repro.replay_note(path, spec)
     except Exception as e:  # the crash is reported either way
         return f"(no fixture: {type(e).__name__}: {e})"
 

@@ -2,7 +2,7 @@
 profile, one process, no cache) and this module is also the plugin that measures inside it (active only
 when FLASHCHECK_KILL_JSON names the file to write): it wraps the kernel under test to count calls and
 every registered property to note the first failing check. The kill matrix (reports/kill_matrix.py)
-and mutation testing (flashcheck/mutants.py) both run the suite this way.
+and mutation testing (flashcheck/mutation/) both run the suite this way.
 """
 from __future__ import annotations
 
@@ -61,10 +61,10 @@ def pytest_configure(config) -> None:  # noqa: ANN001
 def pytest_collection_finish(session) -> None:  # noqa: ANN001
     if not _active():
         return
-    from flashcheck import harness
+    from flashcheck import properties
 
-    for key, fn in list(harness.PROPERTIES.items()):
-        harness.PROPERTIES[key] = _watch(key[1], fn)
+    for key, fn in list(properties.PROPERTIES.items()):
+        properties.PROPERTIES[key] = _watch(key[1], fn)
     if os.environ.get(NO_SHRINK_ENV):
         # Only "is it caught": generation is unchanged (derandomized), shrinking is skipped.
         from hypothesis import Phase, settings
@@ -130,7 +130,7 @@ def run_pytest(args: list[str], *, env_extra: dict[str, str] | None = None, shri
     """`pytest ARGS -p flashcheck.killrun` in a subprocess (the ci profile, one process, no
     cache), measured by this plugin: returncode, timed_out, wall_seconds, the output's tail and the
     plugin's JSON (`data`). shrink=False skips Hypothesis's shrink phase. Also used by
-    flashcheck.mutants."""
+    flashcheck.mutation.runner."""
     tmp = Path(tempfile.mkdtemp(prefix="kill-run-"))
     result_json = tmp / "result.json"
     if not any(a == "--fixture-dir" or a.startswith("--fixture-dir=") for a in args):

@@ -11,7 +11,7 @@ or its launch can take is told so, with the declaration that would skip that inp
 
 Each declared value is this input's size minus one: Hypothesis shrinks a failure to the smallest
 input that still fails, so the shrunk example's hint is the largest size the kernel can take.
-`harness.check` (every property) and the tests that call a kernel directly (`diagnosed`) raise
+`properties.check` (every property) and the tests that call a kernel directly (`diagnosed`) raise
 `KernelLimit` from the original exception. An fp32 attention result off by what TF32 matmuls give
 is not an exception: `tf32_hint` says so where the bound is checked.
 """

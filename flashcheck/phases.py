@@ -5,7 +5,7 @@ Each test's call phase is split into
 - `compile`: Triton building a binary (`JITFunction._do_compile`: a real compilation, or a load
   from the on-disk cache, which takes milliseconds), with the count of binaries;
 - `kernel`: launching kernels, less their compilation (on a GPU launches are asynchronous: the
-  harness's synchronisation after each call lands in `rest`; under the interpreter this is the
+  GPU-fault guard's synchronisation after each call lands in `rest`; under the interpreter this is the
   interpreted run itself);
 - `oracle`: the softmax, log-sum-exp and attention oracles (fast path and mpmath fallback);
 - `rest`: Hypothesis's drawing and shrinking, comparisons, fixture I/O, synchronisation.

@@ -110,7 +110,7 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError("--kernel-dtypes/--kernel-max-n/--kernel-cap declare a kernel's "
                                     "capabilities: they need --kernel")
         return
-    from flashcheck import harness
+    from flashcheck import fixtures
     from flashcheck.external import KernelLoadError, load_kernel
     from flashcheck.kernels.registry import REGISTRY
 
@@ -120,11 +120,11 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(e)) from None
     REGISTRY[:] = [spec]
     if spec.external:
-        harness.configure(default_dir=Path.cwd() / EXTERNAL_FIXTURE_DIR)
+        fixtures.configure(default_dir=Path.cwd() / EXTERNAL_FIXTURE_DIR)
 
 
 def _configure_fixtures(config: pytest.Config) -> None:
-    """Options into the harness's process state; a named --fixture-dir that cannot take fixtures is
+    """Options into the fixtures' process state; a named --fixture-dir that cannot take fixtures is
     one line now, not an OSError in place of the first failure's message."""
     suite = bool(config.getini("flashcheck_suite_fixtures"))
     no_save, d = config.getoption("flashcheck_no_save"), config.getoption("flashcheck_fixture_dir")
@@ -144,7 +144,7 @@ def _configure_fixtures(config: pytest.Config) -> None:
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
     if not config.stash.get(_ACTIVE_KEY, False):
         return None
-    from flashcheck import harness
+    from flashcheck import fixtures
     from flashcheck.kernels.registry import REGISTRY
 
     lines = []
@@ -157,7 +157,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
             lines.append(f"flashcheck: {s.name}: read from its {read}")
     lines.append("flashcheck: --kernel/--family runs only tests that check a kernel; the suite's self-tests "
                  "are deselected")
-    lines.append(f"flashcheck: fixtures {'in ' + str(harness.fixture_dir()) if harness.saving_enabled() else 'not saved'}")
+    lines.append(f"flashcheck: fixtures {'in ' + str(fixtures.fixture_dir()) if fixtures.saving_enabled() else 'not saved'}")
     return lines
 
 

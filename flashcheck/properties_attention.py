@@ -1,5 +1,5 @@
 """The attention family's properties (engine code; tests/test_attention.py only parametrizes and
-drives them). Each is registered with `flashcheck.harness.prop("attention", name)` under a stable
+drives them). Each is registered with `flashcheck.properties.prop("attention", name)` under a stable
 name: regression fixtures refer to it.
 
 One kernel call per case serves every core property (`outcome`). Dense cases call `spec.fn(q, k,
@@ -25,7 +25,9 @@ import numpy as np
 import torch
 
 from flashcheck import signature
-from flashcheck.harness import Case, prop, storage_snapshot
+from flashcheck.fixtures import storage_snapshot
+from flashcheck.properties import prop
+from flashcheck.strategies.case import Case
 from flashcheck.limits import tf32_hint, within_declared_numel
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.oracles.attention import (

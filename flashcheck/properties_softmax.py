@@ -1,9 +1,9 @@
 """The softmax family's properties: what a softmax kernel must satisfy on one case.
 
-Each property is `prop(spec, case)`, registered under a stable name with `flashcheck.harness.prop`
+Each property is `prop(spec, case)`, registered under a stable name with `flashcheck.properties.prop`
 (fixtures name the property that failed, and replay it forever); it raises AssertionError with a
 message naming the worst element, both values and the bound. The tests in `tests/test_softmax*.py`
-and the stability report draw cases and call these through `flashcheck.harness.check`.
+and the stability report draw cases and call these through `flashcheck.properties.check`.
 
 Core properties (checked on every case of every adversarial class): input untouched, matches
 the certified oracle within the kernel's derived bound, rows sum to one within a derived bound,
@@ -12,7 +12,7 @@ outputs in [0, 1], order preserved. One kernel call serves all of them.
 Metamorphic and memory properties (no oracle needed for the verdict):
 
 They need no oracle for their verdict (the permutation test uses the derived bound as its
-tolerance), and each is registered with `@prop` and run through `harness.check`, so a shrunk
+tolerance), and each is registered with `@prop` and run through `properties.check`, so a shrunk
 failure is saved as an exact-bit fixture like any other:
 
 * shift_invariant: softmax(x + c) has the same bits as softmax(x) when every x_i + c is exact.
@@ -50,7 +50,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flashcheck.harness import Case, margin, prop, storage_of, storage_snapshot
+from flashcheck.fixtures import storage_of, storage_snapshot
+from flashcheck.properties import margin, prop
+from flashcheck.strategies.case import Case
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.oracles.bounds import ftz_allowed, softmax_sum_bound, softmax_ulp_bound
 from flashcheck.oracles.compare import Comparison, compare_softmax

@@ -22,7 +22,8 @@ from hypothesis import assume, given, strategies as st
 
 from flashcheck import properties_attention as pa
 from flashcheck.checked import nothing_to_draw
-from flashcheck.harness import Case, check
+from flashcheck.properties import check
+from flashcheck.strategies.case import Case
 from flashcheck.kernels import DEVICE, INTERPRET
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.oracles.attention import attention_oracle

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from flashcheck.kernels import DEVICE
-from flashcheck.harness import SAVE_ENV, Case, fixture_key, fixture_payload, load_fixture
+from flashcheck.fixtures import SAVE_ENV, fixture_key, fixture_payload, load_fixture
+from flashcheck.strategies.case import Case
 
 from flashcheck import HOME as ROOT
 from flashcheck.selftest import run_pytest
@@ -265,7 +266,7 @@ def test_bad_fixture_under_pytest_is_labelled(tmp_path: Path) -> None:
 def test_unwritable_fixture_dir_keeps_the_failure(tmp_path: Path, settings: dict) -> None:
     from hypothesis import given, settings as hsettings, strategies as st
 
-    from flashcheck.harness import check
+    from flashcheck.properties import check
     from flashcheck.kernels.registry import KernelSpec
 
     (tmp_path / "file").write_text("")
@@ -320,7 +321,7 @@ def test_a_real_failure_of_ours_still_leaves_a_fixture(tmp_path: Path, settings:
 
     from hypothesis import given, settings as hsettings, strategies as st
 
-    from flashcheck.harness import check
+    from flashcheck.properties import check
 
     monkeypatch.setattr(fx, "DEFAULT_FIXTURE_DIR", tmp_path / "regressions")
     fx.configure(suite=True)

@@ -18,7 +18,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from flashcheck import faults, fixtures, harness
+from flashcheck import faults, fixtures, properties
 from flashcheck.kernels import INTERPRET
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.selftest import clean_env
@@ -134,19 +134,19 @@ def test_fault_is_not_shrunk_and_its_input_is_saved(tmp_path: Path) -> None:
         return torch.softmax(x, -1)
 
     spec = _spec(kernel)
-    harness.load_properties()
-    harness.configure(save=True, directory=tmp_path)
+    properties.load_properties()
+    fixtures.configure(save=True, directory=tmp_path)
     try:
         @settings(max_examples=50, derandomize=True, database=None, deadline=None)
         @given(n=st.integers(1, 40))
         def run(n: int) -> None:
             x = torch.arange(2 * n, dtype=torch.float32).reshape(2, n) / 8
-            harness.check(spec, "in_unit_interval", Case(tensors={"x": x}, kwargs={}, label="test/fault"))
+            properties.check(spec, "in_unit_interval", Case(tensors={"x": x}, kwargs={}, label="test/fault"))
 
         with pytest.raises(faults.GpuFault) as info:
             run()
     finally:
-        harness.configure(save=None)
+        fixtures.configure(save=None)
         fixtures._SETTINGS["directory"] = None
     faulting = [c for c in calls if c.shape[1] > 3]
     assert len(faulting) == 1, f"the kernel ran {len(faulting)} times on faulting inputs: Hypothesis shrank"

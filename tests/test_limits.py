@@ -19,7 +19,8 @@ from hypothesis import given, settings, strategies as st
 from triton.runtime.errors import OutOfResources
 
 from flashcheck.external import KernelLoadError, apply_capabilities
-from flashcheck.harness import Case, check, check_all
+from flashcheck.properties import check, check_all
+from flashcheck.strategies.case import Case
 from flashcheck.interp_gpu import tf32_truncate
 from flashcheck.kernels import DEVICE, INTERPRET
 from flashcheck.kernels.registry import KernelSpec

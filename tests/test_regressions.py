@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from flashcheck.fixtures import FixtureError, Replay, case_of, fixture_paths, plan_replays, replay_dirs
-from flashcheck.harness import check
+from flashcheck.properties import check
 from flashcheck.kernels import DEVICE
 
 

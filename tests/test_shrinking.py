@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import HealthCheck, Phase, find, settings, strategies as st
 
-from flashcheck.mutants import same_bits
+from flashcheck.mutation.probe import same_bits
 from flashcheck.oracles.formats import FP16, FP32, to_float64
 from flashcheck.strategies.case import Case
 from flashcheck.strategies.floats import backgrounds, non_background, with_overrides

@@ -12,7 +12,8 @@ import torch
 from hypothesis import assume, given, strategies as st
 
 from flashcheck.external import declared_as
-from flashcheck.harness import Case, check_all
+from flashcheck.properties import check_all
+from flashcheck.strategies.case import Case
 from flashcheck.limits import within_declared_numel
 from flashcheck.kernels import DEVICE, INTERPRET
 from flashcheck.kernels.registry import KernelSpec

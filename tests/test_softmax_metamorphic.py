@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, strategies as st
 from hypothesis.strategies import composite
 
-from flashcheck.harness import check
+from flashcheck.properties import check
 from flashcheck.kernels import DEVICE, INTERPRET
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.oracles.formats import BF16, FP16, Format, format_of

@@ -29,7 +29,7 @@ from flashcheck.oracles.formats import Format, format_of, round_float64, to_floa
 from flashcheck.oracles.softmax import softmax_oracle
 from flashcheck.strategies.case import Case
 from flashcheck.strategies.softmax import CLASSES
-from flashcheck.harness import storage_of
+from flashcheck.fixtures import storage_of
 
 NEG_INF = -math.inf
 CI_PROFILE = "ci"

@@ -22,7 +22,8 @@ from flashcheck import kernels
 from flashcheck.kernels.registry import REGISTRY
 from flashcheck.oracles.compare import compare_softmax
 from flashcheck.oracles.formats import format_of, to_float64
-from flashcheck.harness import PROPERTIES, storage_of
+from flashcheck.fixtures import storage_of
+from flashcheck.properties import PROPERTIES
 from flashcheck.interp_bounds import OutOfBoundsAccess
 from flashcheck.tests.zoo import ZooKernel, zoo
 
@@ -61,7 +62,7 @@ def _attention_wrong(fn, kw: dict, caps: dict | None = None) -> bool:
     """Whether any core attention property (oracle bound, lse bound, special values, ...) fails
     on the trigger, for `fn` declared with `caps` (its own `flashcheck` attribute wins)."""
     from flashcheck import properties_attention as pa
-    from flashcheck.harness import Case
+    from flashcheck.strategies.case import Case
     from flashcheck.kernels.registry import KernelSpec
 
     kw = dict(kw)

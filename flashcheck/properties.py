@@ -1,26 +1,24 @@
-"""Properties, cases, and exact-bit regression fixtures.
+"""The properties runner: properties registered by family and name, and `check` / `check_all`,
+which run them inside Hypothesis tests (coverage events, targeting, the shrunk failure saved).
 
 A property is a function `prop(spec, case)` that raises AssertionError with a readable message
 when the kernel `spec` violates it on `case`. Properties are registered by family and name, so a
 fixture can name the property that failed and be replayed against its kernel forever.
 
 When Hypothesis has shrunk a failure and replays the minimal example (the "final" run),
-`check` writes that case as a fixture: raw storage bits of every input tensor with its dtype,
-shape, strides and storage offset, so the replay is bit-exact, padding included.
+`check` writes that case as a fixture (`flashcheck.fixtures`: raw storage bits of every input
+tensor with its dtype, shape, strides and storage offset, so the replay is bit-exact, padding
+included) and the failure ends with how to replay it (`flashcheck.repro`).
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from flashcheck.fixtures import (  # noqa: F401  (re-exported: the fixture API's historical home)
-    DEFAULT_FIXTURE_DIR, DIR_ENV, DTYPES as _DTYPES, FIXTURE_FORMAT, SAVE_ENV, SUITE_ENV, WORD as _WORD,
-    FixtureError, configure, fixture_dir, fixture_key, fixture_paths, fixture_payload, kernel_target,
-    load_fixture, save_fixture, saving_enabled, storage_of, storage_snapshot)
+from flashcheck.fixtures import fixture_dir, save_fixture, saving_enabled, storage_of
 from flashcheck.interp_bounds import KernelFault
 from flashcheck.limits import KernelLimit
 from flashcheck.kernels.registry import KernelSpec
+from flashcheck.repro import replay_note
 from flashcheck.strategies.case import Case
 
 
@@ -227,52 +225,7 @@ def _is_final_hypothesis_example() -> bool:
 
         raise RuntimeError(f"Hypothesis {hypothesis.__version__} has no BuildContext.is_final: "
                            "flashcheck cannot tell the shrunk example; pin hypothesis or update "
-                           "flashcheck.harness._is_final_hypothesis_example") from e
-
-
-def replay_note(path: Path, spec: KernelSpec) -> str:
-    """What a failure ends with: where its fixture is, how to replay it, how to rebuild the input."""
-    payload = json.loads(Path(path).read_text())
-    return "\n".join([
-        f"flashcheck fixture: {path}",
-        f"replay: flashcheck replay {path}" + (f" --kernel {kernel_target(spec)}" if spec.external else ""),
-        "repro (rebuilds the exact input bits):",
-        repro_snippet(payload, path),
-    ])
-
-
-_SNIPPET_WORDS = 512
-
-
-def repro_snippet(payload: dict[str, Any], path: Path | str) -> str:
-    """Standalone Python that rebuilds the fixture's inputs bit for bit and calls the kernel."""
-    lines = ["    import numpy as np, torch"]
-    small = all(t["storage_words"] <= _SNIPPET_WORDS for t in payload["tensors"].values())
-    if small:
-        for name, t in payload["tensors"].items():
-            words = [int(w, 16) for line in t["bits"] for w in line.split()]
-            width = _WORD[_DTYPES[t["dtype"]].itemsize]
-            lines.append(f"    {name} = torch.from_numpy(np.array({words}, dtype=np.{width.__name__})"
-                         f".view(np.int{8 * _DTYPES[t['dtype']].itemsize}).copy())"
-                         f".view(torch.{t['dtype']}).as_strided({tuple(t['shape'])}, {tuple(t['stride'])}, "
-                         f"{t['storage_offset']})")
-    else:
-        lines.append("    from flashcheck.harness import load_fixture")
-        lines.append(f"    _, case = load_fixture({str(path)!r}, torch.device('cpu'))")
-        for name in payload["tensors"]:
-            lines.append(f"    {name} = case.tensors[{name!r}]")
-    lines.append("    # on a GPU: build the storage there (torch.from_numpy(...).cuda()) before .view/.as_strided")
-    kwargs = ", ".join(f"{k}={_kwarg_repr(v)}" for k, v in payload["kwargs"].items())
-    args = ", ".join(payload["tensors"])
-    lines.append(f"    out = {payload['kernel'].rsplit('.', 1)[-1]}({args}{', ' + kwargs if kwargs else ''})"
-                 f"  # the kernel: {payload.get('target') or payload['kernel']}")
-    return "\n".join(lines)
-
-
-def _kwarg_repr(v: Any) -> str:
-    if isinstance(v, dict) and set(v) == {"dtype"}:
-        return f"torch.{v['dtype']}"
-    return repr(v)
+                           "flashcheck.properties._is_final_hypothesis_example") from e
 
 
 def load_properties() -> None:

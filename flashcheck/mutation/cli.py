@@ -1,0 +1,98 @@
+"""`python -m flashcheck.mutants`: select mutants, run them, write the report."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from flashcheck import HOME, mutation
+from flashcheck.mutation import runner
+from flashcheck.mutation.generate import ALL_TARGETS, all_mutants, select
+from flashcheck.mutation.operators import GPU_ONLY_OPERATORS, OPERATORS
+from flashcheck.mutation.report import TRIAGE_FILE, to_markdown
+from flashcheck.mutation.runner import load_store, log_run, run, runs_file
+
+DEFAULT_STORE = HOME / "reports" / "out" / "mutants.json"
+DEFAULT_REPORT = HOME / "reports" / "mutants.md"
+
+
+def _interpreter() -> bool:
+    from flashcheck.kernels import INTERPRET
+
+    return INTERPRET
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m flashcheck.mutants", description=mutation.__doc__.splitlines()[0])
+    p.add_argument("--module", action="append", choices=sorted({t.module for t in ALL_TARGETS}),
+                   help="only this kernels/ module (repeatable)")
+    p.add_argument("--function", action="append", help="only mutants of this @triton.jit function (repeatable)")
+    p.add_argument("--operator", action="append", choices=list(OPERATORS), help="only this operator (repeatable)")
+    p.add_argument("--gpu-only-operators", action="store_true",
+                   help=f"also run {', '.join(GPU_ONLY_OPERATORS)} mutants (only a GPU can kill them)")
+    p.add_argument("--sample", type=int, default=None, help="a deterministic random sample of this many")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("-j", "--jobs", type=int, default=1, help="mutants run in parallel (default 1)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds per mutant (default 600)")
+    p.add_argument("--store", type=Path, default=DEFAULT_STORE, help="JSON results, accumulated over runs")
+    p.add_argument("--resume", action="store_true", help="skip mutants already in the store")
+    p.add_argument("--probe-first", action="store_true",
+                   help="probe before the suite; skip the suite for mutants bit-identical on every probe")
+    p.add_argument("--spec", action="append", help="run only this kernel's tests (repeatable; of the kernels "
+                   "a mutant changes)")
+    p.add_argument("--id", action="append", help="only this mutant (repeatable)")
+    p.add_argument("--first-spec-only", action="store_true",
+                   help="a shared helper's mutant runs only its first kernel's tests (faster; says so in the report)")
+    p.add_argument("--list", action="store_true", help="list the selected mutants and exit")
+    p.add_argument("--diff", metavar="ID", help="print one mutant's diff and exit")
+    p.add_argument("--report", type=Path, nargs="?", const=DEFAULT_REPORT, default=None,
+                   help=f"write the markdown report (default {DEFAULT_REPORT.relative_to(HOME)}) from the store")
+    p.add_argument("--no-run", action="store_true", help="only write the report from the store")
+    args = p.parse_args(argv)
+    runner.FIRST_SPEC_ONLY = args.first_spec_only
+    runner.ONLY_SPECS = tuple(args.spec or ())
+    every = all_mutants(modules=args.module)
+    if args.id:
+        every_ids = {m.id for m in every}
+        missing = [i for i in args.id if i not in every_ids]
+        if missing:
+            p.error(f"no mutant {missing}")
+    chosen = select([m for m in every if not args.id or m.id in args.id], functions=args.function, operators=args.operator, sample=args.sample, seed=args.seed,
+                    gpu_only=args.gpu_only_operators or not _interpreter())
+    if args.diff:
+        m = next((m for m in every if m.id == args.diff), None)
+        if m is None:
+            print(f"no mutant {args.diff!r}", file=sys.stderr)
+            return 2
+        print(m.description)
+        print(m.diff())
+        return 0
+    if args.list:
+        for m in chosen:
+            print(f"{m.id:<60} {m.description}")
+        print(f"{len(chosen)} mutants")
+        return 0
+    results = load_store(args.store)
+    if not args.no_run:
+        t0 = time.perf_counter()
+        todo = sum(not (args.resume and m.key in results) for m in chosen)
+        results = run(chosen, jobs=args.jobs, timeout=args.timeout, store=args.store, resume=args.resume,
+                      probe_first=args.probe_first)
+        wall = time.perf_counter() - t0
+        log_run(args.store, "python -m flashcheck.mutants " + " ".join(argv if argv is not None else sys.argv[1:]),
+                len(chosen), todo, wall)
+        print(f"ran in {wall:.0f}s wall")
+    if args.report:
+        triage = json.loads(TRIAGE_FILE.read_text()) if TRIAGE_FILE.exists() else {}
+        runs_path = runs_file(args.store)
+        runs = json.loads(runs_path.read_text()) if runs_path.exists() else []
+        args.report.write_text(to_markdown(every, results, triage, runs))
+        print(f"wrote {args.report}")
+    rs = [results[m.key] for m in chosen if m.key in results]
+    return 1 if any(r["status"] == "survived" for r in rs) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,182 @@
+"""Inside the mutant's subprocess: the pytest plugin (`-p flashcheck.mutation.probe`) that serves the
+mutated kernel module, and the equivalence probe run once the suite has passed (is the mutant
+observably different at all?)."""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+from flashcheck.mutation.generate import module_file
+
+MUTANT_ENV = "FLASHCHECK_MUTANT"
+
+
+# ---- the pytest plugin (inside the subprocess) ----------------------------------------------------------
+
+class _MutantFinder(importlib.abc.MetaPathFinder):
+    """Serves `flashcheck.kernels.<module>` from the mutated file."""
+
+    def __init__(self, fullname: str, path: str) -> None:
+        self.fullname, self.path = fullname, path
+
+    def find_spec(self, fullname, path=None, target=None):  # noqa: ANN001
+        if fullname == self.fullname:
+            return importlib.util.spec_from_file_location(fullname, self.path)
+        return None
+
+
+def _install_from_env() -> dict[str, Any] | None:
+    raw = os.environ.get(MUTANT_ENV)
+    if not raw:
+        return None
+    spec = json.loads(Path(raw).read_text())
+    fullname = f"flashcheck.kernels.{spec['module']}"
+    if fullname in sys.modules:
+        raise RuntimeError(f"{fullname} was imported before the mutant could be installed")
+    sys.meta_path.insert(0, _MutantFinder(fullname, spec["path"]))
+    return spec
+
+
+# Loaded with `-p flashcheck.mutation.probe`: pytest imports plugins before any conftest, so the hook is in
+# place before tests/conftest.py imports the kernels.
+_ACTIVE = _install_from_env()
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:  # noqa: ANN001
+    """The suite passed: is the mutant observably different at all? Run the probe set."""
+    if _ACTIVE is None or int(exitstatus) != 0:
+        return
+    try:
+        result = probe(_ACTIVE)
+    except Exception as exc:  # noqa: BLE001  (the probe must not turn a survivor into a crash)
+        result = {"identical": None, "error": f"{type(exc).__name__}: {exc}"}
+    Path(_ACTIVE["probe_out"]).write_text(json.dumps(result))
+
+
+# ---- the equivalence probe -------------------------------------------------------------------------------
+
+def _load_original(module: str):  # noqa: ANN202
+    name = f"flashcheck.kernels._original_{module}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, module_file(module))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _softmax_probe_inputs() -> Iterator[tuple[str, Any]]:
+    import numpy as np
+    import torch
+
+    from flashcheck.kernels import DEVICE
+
+    rng = np.random.default_rng(12)
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        for n in (1, 7, 64, 65, 129, 300, 1025, 2500):
+            rows = [rng.standard_normal(n) * 3, rng.standard_normal(n) * 0.01 + np.eye(1, n, n // 2)[0] * 20,
+                    np.full(n, -np.inf), rng.standard_normal(n) - 1e4 * (dtype != torch.float16),
+                    -np.arange(n, dtype=float)[::-1] * 0.3, np.full(n, 3.0),
+                    rng.standard_normal(n) * 5 - 100]
+            r = rng.standard_normal(n)
+            r[: max(1, n // 3)] = -np.inf
+            rows.append(r)
+            r = rng.standard_normal(n)
+            r[n // 2] = np.nan
+            rows.append(r)
+            r = rng.standard_normal(n)
+            r[-1] = np.inf
+            rows.append(r)
+            x = torch.from_numpy(np.array(rows)).to(dtype).to(DEVICE)
+            yield f"{dtype} {tuple(x.shape)}", x
+            yield f"{dtype} {tuple(x.shape)} transposed", x.t().contiguous().t()
+
+
+def _attention_probe_inputs() -> Iterator[tuple[str, dict[str, Any]]]:
+    import torch
+
+    from flashcheck.kernels import DEVICE
+
+    g = torch.Generator().manual_seed(12)
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        for (b, h, m, n, d) in ((1, 2, 5, 7, 16), (2, 1, 40, 70, 64), (1, 1, 33, 100, 24)):
+            q, k, v = (torch.randn(b, h, s, d, generator=g).to(dtype).to(DEVICE) for s in (m, n, n))
+            yield f"{dtype} {(b, h, m, n, d)}", dict(q=q, k=k, v=v)
+            yield f"{dtype} {(b, h, m, n, d)} causal", dict(q=q, k=k, v=v, causal=True)
+            kv = torch.tensor([n // 2, 0][:b] if b > 1 else [n // 3], dtype=torch.int32, device=DEVICE)
+            yield f"{dtype} {(b, h, m, n, d)} kv_lens", dict(q=q, k=k, v=v, kv_lens=kv)
+            yield f"{dtype} {(b, h, m, n, d)} big", dict(q=q * 8, k=k * 8, v=v * 1000)
+
+
+_PUBLIC = {"softmax": ("softmax_row", "softmax_online", "softmax_split"), "attention": ("attention",)}
+
+
+def same_bits(a: Any, b: Any) -> bool:
+    """Same shape, dtype and bits (any NaN equals any NaN)."""
+    import torch
+
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    both_nan = torch.isnan(a) & torch.isnan(b)
+    ia = a.view({2: torch.int16, 4: torch.int32}[a.element_size()])
+    ib = b.view({2: torch.int16, 4: torch.int32}[b.element_size()])
+    return bool(((ia == ib) | both_nan).all())
+
+
+def probe(spec: dict[str, Any]) -> dict[str, Any]:
+    """Run the mutated and the original public functions on fixed inputs and compare bits."""
+    import importlib
+
+    mutated = importlib.import_module(f"flashcheck.kernels.{spec['module']}")
+    original = _load_original(spec["module"])
+    family = spec["family"]
+    fns = [f for f in _PUBLIC[family] if f in spec["specs"]] or list(_PUBLIC[family])
+    if spec["module"] == "_common":  # the helpers are reached through the family's kernels module
+        import flashcheck.kernels.softmax as km_soft  # noqa: F401
+        mutated = importlib.import_module(f"flashcheck.kernels.{family}")
+        original = _load_original_with_common(family)
+    count = 0
+    inputs = _softmax_probe_inputs() if family == "softmax" else _attention_probe_inputs()
+    for label, inp in inputs:
+        for f in fns:
+            kwargs = inp if isinstance(inp, dict) else {"x": inp}
+            try:
+                got = getattr(mutated, f)(**kwargs)
+            except Exception as exc:  # noqa: BLE001
+                return {"identical": False, "probes": count, "witness": f"{f} on {label}: raised {type(exc).__name__}: {exc}"}
+            want = getattr(original, f)(**kwargs)
+            count += 1
+            if not same_bits(got, want):
+                return {"identical": False, "probes": count, "witness": f"{f} on {label}: different bits"}
+    return {"identical": True, "probes": count}
+
+
+def _load_original_with_common(family: str):  # noqa: ANN202
+    """The family module bound to an unmutated copy of _common (for _common mutants)."""
+    src = module_file(family).read_text().replace("from ._common import", "from ._original__common import")
+    _load_original("_common")
+    name = f"flashcheck.kernels._original_{family}_c"
+    tmp = Path(tempfile.mkdtemp(prefix="mutant-orig-")) / f"{family}.py"
+    tmp.write_text(src)
+    spec = importlib.util.spec_from_file_location(name, tmp)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+
+
+def probe_main() -> None:
+    """`python -c "import flashcheck.mutation.probe as P; P.probe_main()"` with FLASHCHECK_MUTANT set: the
+    probe alone (the import installed the mutant)."""
+    if _ACTIVE is None:
+        raise SystemExit(f"{MUTANT_ENV} is not set")
+    Path(_ACTIVE["probe_out"]).write_text(json.dumps(probe(_ACTIVE)))

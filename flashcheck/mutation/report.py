@@ -1,0 +1,138 @@
+"""The mutation score as Markdown (reports/mutants.md) from the results store and the hand triage."""
+from __future__ import annotations
+
+import datetime as _dt
+import subprocess
+from typing import Any
+
+from flashcheck import HOME
+from flashcheck.mutation.generate import Mutant
+from flashcheck.mutation.operators import GPU_ONLY_OPERATORS, OPERATORS
+from flashcheck.mutation.runner import classify
+
+# ---- the report ------------------------------------------------------------------------------------------
+
+# A timeout is not counted as a kill: on a shared CPU it may be load, not a mutant that hangs.
+DETECTED = ("killed", "crashed")
+UNDECIDED = ("timed_out",)
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], cwd=HOME, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triage: dict[str, str],
+                runs: list[dict[str, Any]]) -> str:
+    rows = [(m, dict(results[m.key], status=classify(results[m.key]["returncode"],
+                                                     results[m.key]["status"] == "timed_out",
+                                                     bool(results[m.key]["caught_by_test"]),
+                                                     results[m.key]["probe"])))
+            for m in mutants if m.key in results]
+    errors = [m.id for m, r in rows if r["status"] == "error"]
+    rows = [(m, r) for m, r in rows if r["status"] != "error"]
+    commit = _git("log", "-1", "--format=%h %cs", "--", "kernels/")
+    out = ["# flashcheck mutation score", "",
+           f"{_dt.date.today().isoformat()}; kernels at commit {commit} (`git log -1 -- kernels/`); Triton "
+           "interpreter (CPU). Every `@triton.jit` function of `kernels/` mutated one node at a time "
+           "(`flashcheck/mutation/`); each mutant runs the ci suite of the kernels it changes with `-x`, "
+           "Hypothesis shrinking skipped. **Score** = detected / (run - equivalent - timed out): detected = "
+           "killed (a test failed) + crashed (the test process died of a signal, e.g. an out-of-bounds "
+           "access, before a test could fail); equivalent = survivors argued equivalent below (triage); "
+           "timed out = undecided (on a shared CPU a timeout may be load, not a hanging mutant), listed "
+           "and left out of the score.", "",
+           "Runs (accumulated in the results store; `--resume` skips mutants already run):", "",
+           *[f"- `{r['command']}`: {r['ran']} of {r['selected']} selected mutants run, {r['wall_seconds']} s wall "
+             f"({r['date']})" + (f". {r['note']}" if r.get("note") else "") for r in runs], ""]
+    if errors:
+        out += [f"Engine errors (pytest could not run; not counted, to be re-run): {', '.join(errors)}", ""]
+    gen_total = len(mutants)
+    gpu = [m for m in mutants if m.operator in GPU_ONLY_OPERATORS and m.key not in results]
+    per_mod: dict[str, list[int]] = {}
+    for m in mutants:
+        c = per_mod.setdefault(f"{m.module}.{m.function}", [0, 0])
+        c[0] += 1
+        c[1] += m.key in results
+    out += [f"Mutants generated: {gen_total}; run: {len(rows)}; GPU-only, not run under the interpreter: "
+            f"{len(gpu)} ({', '.join(GPU_ONLY_OPERATORS)}: int32 offsets only overflow past 2^31 elements; "
+            "tests/test_softmax_gpu.py is where they can die).", "",
+            "Generated / run per function: " + "; ".join(f"{k} {v[1]}/{v[0]}" for k, v in sorted(per_mod.items())) + ".",
+            ""]
+    out += ["## Score per kernel", "",
+            "| kernel (jit function) | run | killed | timed out | crashed | survived | equivalent | score | wall s (mean) |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for m, r in rows:
+        groups.setdefault(f"{m.module}.{m.function}", []).append(r)
+    tot: dict[str, float] = {}
+
+    def line(name: str, rs: list[dict[str, Any]]) -> str:
+        c = {s: sum(r["status"] == s for r in rs) for s in ("killed", "timed_out", "crashed", "survived",
+                                                                "equivalent_candidate")}
+        eq = sum(r["status"] in ("survived", "equivalent_candidate") and triage.get(r["id"], "").startswith("equivalent")
+                 for r in rs)
+        surv = c["survived"] + c["equivalent_candidate"] - eq
+        det = c["killed"] + c["crashed"]
+        denom = len(rs) - eq - c["timed_out"]
+        score = f"{100 * det / denom:.1f}% ({det}/{denom})" if denom else "-"
+        wall = sum(r["wall_seconds"] for r in rs) / max(1, len(rs))
+        for k, v in (("run", len(rs)), ("det", det), ("denom", denom), ("wall", wall * len(rs))):
+            tot[k] = tot.get(k, 0) + v
+        return (f"| {name} | {len(rs)} | {c['killed']} | {c['timed_out']} | {c['crashed']} | {surv} | {eq} | "
+                f"{score} | {wall:.1f} |")
+
+    for name in sorted(groups):
+        out.append(line(name, groups[name]))
+    specs: dict[str, list[dict[str, Any]]] = {}
+    for m, r in rows:
+        for s in m.specs:
+            specs.setdefault(s, []).append(r)
+    out += ["", "## Score per registered kernel (a mutant of a shared helper counts for each kernel it changes)", "",
+            "| kernel | run | killed | timed out | crashed | survived | equivalent | score | wall s (mean) |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for s in sorted(specs):
+        out.append(line(s, specs[s]))
+    all_rs = [r for _, r in rows]
+    tot.clear()
+    out += ["", "## Overall", "", "| | run | killed | timed out | crashed | survived | equivalent | score | wall s (mean) |",
+            "|---|---|---|---|---|---|---|---|---|", line("all", all_rs), "",
+            f"Total wall time of the mutant runs: {tot.get('wall', 0) / 60:.1f} min (sum over mutants).", ""]
+    ops: dict[str, list[dict[str, Any]]] = {}
+    for m, r in rows:
+        ops.setdefault(m.operator, []).append(r)
+    out += ["## By operator", "", "| operator | run | detected | survived or equivalent |", "|---|---|---|---|"]
+    for o in OPERATORS:
+        rs = ops.get(o, [])
+        out.append(f"| {o} | {len(rs)} | {sum(r['status'] in DETECTED for r in rs)} | "
+                   f"{sum(r['status'] not in DETECTED + UNDECIDED for r in rs)} |")
+    out += ["", "## Survivors", ""]
+    surv = [(m, r) for m, r in rows if r["status"] not in DETECTED + UNDECIDED]
+    undecided = [m.id for m, r in rows if r["status"] in UNDECIDED]
+    if undecided:
+        out += [f"Timed out (undecided, not in the score): {', '.join(f'`{i}`' for i in undecided)}", ""]
+    if not surv:
+        out.append("None.")
+    for m, r in surv:
+        pr = r.get("probe") or {}
+        probe_txt = ("bit-identical to the original on all {} probe calls".format(pr.get("probes"))
+                     if pr.get("identical") else f"differs from the original: {pr.get('witness') or pr.get('error')}")
+        ran = ("suite not run (bit-identical on the probes, `--probe-first`)" if r.get("suite_skipped") else
+               f"specs run: {', '.join(r.get('specs_run') or m.specs)}; {r['tests_passed']} tests passed in "
+               f"{r['wall_seconds']:.0f}s")
+        out += [f"### `{m.id}` ({r['status']})", "", f"{m.description}. Changes {', '.join(m.specs)}; {ran}. "
+                f"Probe: {probe_txt}.", "",
+                "```diff", m.diff().rstrip(), "```", "",
+                f"**Triage**: {triage.get(m.id, 'NOT TRIAGED')}", ""]
+    out += ["## Killed mutants", "", "| mutant | change | caught by (test) | property | s |", "|---|---|---|---|---|"]
+    for m, r in rows:
+        if r["status"] in DETECTED:
+            test = (r["caught_by_test"] or r["status"]).split("::")[-1]
+            out.append(f"| `{m.id}` | {m.description.replace('|', '/')} | {test} | "
+                       f"{r['caught_by_property'] or r.get('exception') or '-'} | {r['wall_seconds']:.0f} |")
+    return "\n".join(out) + "\n"
+
+
+
+TRIAGE_FILE = HOME / "reports" / "mutants_triage.json"

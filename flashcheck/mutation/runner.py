@@ -1,0 +1,144 @@
+"""Running mutants: the family's suite against one mutant in a subprocess (flashcheck.killrun's
+`run_pytest`, shared with the kill matrix), its outcome, and the JSON store runs add up in."""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable
+
+from flashcheck import HOME, atomic
+from flashcheck.mutation.generate import ALL_TARGETS, Mutant
+from flashcheck.mutation.probe import MUTANT_ENV
+
+# ---- running ---------------------------------------------------------------------------------------------
+
+FIRST_SPEC_ONLY = False  # --first-spec-only
+ONLY_SPECS: tuple[str, ...] = ()  # --spec
+
+
+def _specs_run(m: Mutant) -> tuple[str, ...]:
+    if ONLY_SPECS:
+        return tuple(s for s in m.specs if s in ONLY_SPECS) or m.specs
+    return m.specs[:1] if FIRST_SPEC_ONLY else m.specs
+
+
+def suite_args(m: Mutant) -> list[str]:
+    tests = next(t.tests for t in ALL_TARGETS if t.module == m.module and t.family == m.family)
+    specs = _specs_run(m)
+    return [*tests, f"--family={m.family}", "-k", " or ".join(specs), "-x", "--no-save-fixtures",
+            "-p", "flashcheck.mutation.probe"]
+
+
+def classify(rc: int, timed_out: bool, failed: bool, probe_result: dict[str, Any] | None) -> str:
+    if timed_out:
+        return "timed_out"
+    if failed and rc != 0:  # a test failed (the process may have died afterwards, e.g. a heap
+        return "killed"     # corrupted by an out-of-bounds store: the failure was already recorded)
+    if rc == 0:
+        return "equivalent_candidate" if probe_result and probe_result.get("identical") else "survived"
+    if rc < 0:  # the test process died of a signal (an out-of-bounds access) before any failure
+        return "crashed"
+    return "error"  # pytest's own codes (collection, usage, internal): the engine failed, not the mutant
+
+
+def _probe_first(spec_file: Path, probe_out: Path, timeout: float) -> dict[str, Any] | None:
+    from flashcheck.killrun import clean_env
+
+    env = clean_env()
+    env[MUTANT_ENV] = str(spec_file)
+    try:
+        subprocess.run([sys.executable, "-c", "import flashcheck.mutation.probe as P; P.probe_main()"], cwd=HOME, env=env,
+                       capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    return json.loads(probe_out.read_text()) if probe_out.exists() else None
+
+
+def run_mutant(m: Mutant, *, timeout: float, probe_first: bool = False) -> dict[str, Any]:
+    """Run the suite against one mutant. probe_first: run the bit-equivalence probe before the suite
+    and skip the suite when the mutant is bit-identical on every probe (status
+    equivalent_candidate, `suite_skipped`): on a loaded CPU a survivor costs the whole suite."""
+    from flashcheck.killrun import run_pytest
+
+    tmp = Path(tempfile.mkdtemp(prefix="mutant-"))
+    path = tmp / f"{m.module}.py"
+    path.write_text(m.source)
+    spec_file = tmp / "mutant.json"
+    probe_out = tmp / "probe.json"
+    spec_file.write_text(json.dumps({"module": m.module, "family": m.family, "path": str(path),
+                                     "specs": list(m.specs), "probe_out": str(probe_out)}))
+    early = _probe_first(spec_file, probe_out, timeout) if probe_first else None
+    if early and early.get("identical"):
+        r = {"returncode": 0, "timed_out": False, "wall_seconds": 0.0, "tail": "suite skipped: bit-identical on the probes",
+             "data": {}}
+    else:
+        if probe_out.exists():
+            probe_out.unlink()
+        r = run_pytest(suite_args(m), env_extra={MUTANT_ENV: str(spec_file)}, shrink=False, timeout=timeout)
+    data, rc = r["data"], r["returncode"]
+    first = data.get("first") or {}
+    failed = data.get("tests_failed") or []
+    pr = json.loads(probe_out.read_text()) if probe_out.exists() else None
+    status = classify(rc, r["timed_out"], bool(failed), pr)
+    for p in tmp.iterdir():
+        p.unlink()
+    tmp.rmdir()
+    return {
+        "id": m.id, "key": m.key, "module": m.module, "family": m.family, "function": m.function,
+        "operator": m.operator, "line": m.line, "description": m.description, "specs": list(m.specs),
+        "specs_run": list(_specs_run(m)),
+        "status": status, "returncode": rc, "wall_seconds": r["wall_seconds"],
+        "caught_by_test": failed[0]["nodeid"] if failed else None,
+        "caught_by_property": first.get("property"), "exception": first.get("exception"),
+        "message": (first.get("message") or (failed[0]["summary"] if failed else ""))[:600],
+        "tests_passed": data.get("tests_passed"), "probe": pr, "suite_skipped": bool(early and early.get("identical")),
+        "output_tail": None if status == "killed" else r["tail"][-1500:],
+    }
+
+
+def load_store(path: Path) -> dict[str, dict[str, Any]]:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def runs_file(store: Path) -> Path:
+    return store.with_name(store.stem + "_runs.json")
+
+
+def log_run(store: Path, command: str, selected: int, ran: int, wall: float) -> None:
+    """What ran, for the report: every invocation's command line, counts and wall time."""
+    path = runs_file(store)
+    runs = json.loads(path.read_text()) if path.exists() else []
+    runs.append({"command": command, "selected": selected, "ran": ran, "wall_seconds": round(wall),
+                 "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="minutes")})
+    path.write_text(json.dumps(runs, indent=1))
+
+
+_STORE_LOCK = threading.Lock()
+
+
+def run(mutants: list[Mutant], *, jobs: int, timeout: float, store: Path, resume: bool, probe_first: bool = False,
+        log: Callable[[str], None] = print) -> dict[str, dict[str, Any]]:
+    results = load_store(store)
+    todo = [m for m in mutants if not (resume and m.key in results)]
+    log(f"{len(mutants)} mutants selected, {len(mutants) - len(todo)} already in {store}, running {len(todo)}")
+
+    def one(m: Mutant) -> None:
+        r = run_mutant(m, timeout=timeout, probe_first=probe_first)
+        results[m.key] = r
+        store.parent.mkdir(parents=True, exist_ok=True)
+        with _STORE_LOCK:  # merge with the file: another run may have written it meanwhile
+            on_disk = load_store(store)
+            on_disk[m.key] = r
+            atomic.write_text(store, json.dumps(on_disk, indent=1))
+        by = f" by {r['caught_by_test']} [{r['caught_by_property']}]" if r["status"] == "killed" else ""
+        log(f"  {r['status']:<20} {r['wall_seconds']:>6.1f}s  {m.id}  {m.description}{by}")
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        list(pool.map(one, todo))
+    return results
