@@ -65,7 +65,9 @@ def run_suite(out: Path, files: list[str], budget: float, workers: str, resume: 
         # renamed since (a test split in two) run; what earlier parts passed or skipped does not.
         now = collect(files)
         with open(log, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"event": "collected", "count": len(now), "ids": now, "full": True}) + "\n")
+            # a part of chosen files is not the suite: the tally keeps the latest whole collection
+            whole = sorted(files) == suite_files()
+            fh.write(json.dumps({"event": "collected", "count": len(now), "ids": now, "full": whole}) + "\n")
         settled = set(before["done"]) - {n for n, _ in before["failures"]}
         ids = out / "run-ids.txt"
         ids.write_text("\n".join(n for n in now if n not in settled) + "\n")

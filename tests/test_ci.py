@@ -265,3 +265,40 @@ def test_lane_resume_counts_the_suite_as_it_is_now(tmp_path: Path) -> None:
     t = tally(first, second)
     assert (t["collected"], t["passed"], t["failed"], t["not_run"]) == (4, 3, 0, ["t::c2"])
     assert tally(first)["not_run"] == ["t::c"]
+
+
+def test_lane_part_of_chosen_files_keeps_the_whole_suite(tmp_path: Path, monkeypatch) -> None:
+    """A resumed part run on chosen files (--files) collects only those: its collection must not
+    stand for the suite, or the record counts a few files as everything (it did: 169 of 1041)."""
+    import json
+    import subprocess as sp
+
+    from flashcheck.reports import gpu_lane
+
+    whole = ["tests/test_a.py::x", "tests/test_b.py::y", "tests/test_b.py::z"]
+    first = tmp_path / "a" / "results.jsonl"
+    first.parent.mkdir()
+    first.write_text("".join(json.dumps(e) + "\n" for e in [
+        {"event": "start", "args": ["tests"]}, {"event": "collected", "ids": whole},
+        {"event": "test", "nodeid": whole[0], "outcome": "passed", "duration": 1.0, "message": ""}]))
+    monkeypatch.setattr(gpu_lane, "suite_files", lambda: ["tests/test_a.py", "tests/test_b.py"])
+    monkeypatch.setattr(gpu_lane, "collect", lambda files: [i for i in whole if i.split("::")[0] in files])
+
+    class Done:  # the part's pytest: it runs y and is gone
+        pid = -1
+
+        def __init__(self, cmd, **kw):
+            log = Path(cmd[cmd.index("--results-log") + 1])
+            with open(log, "a") as fh:
+                fh.write(json.dumps({"event": "test", "nodeid": whole[1], "outcome": "passed", "duration": 1.0,
+                                     "message": ""}) + "\n")
+
+        def wait(self, timeout=None):
+            return 0
+
+    monkeypatch.setattr(sp, "Popen", Done)
+    monkeypatch.setattr(gpu_lane.os, "killpg", lambda pid, sig: None)
+    out = tmp_path / "b"
+    out.mkdir()
+    rec = gpu_lane.run_suite(out, ["tests/test_b.py"], 10.0, "1", [first])
+    assert (rec["collected"], rec["passed"], rec["not_run"]) == (3, 2, ["tests/test_b.py::z"])
