@@ -10,10 +10,12 @@ naming the file, attribute or key at fault.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.util
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -258,6 +260,26 @@ def _split_target(target: str) -> tuple[str, str]:
     return where, attr
 
 
+class _ExitAtImport(BaseException):  # not an Exception: a module's own `except Exception` must not swallow it
+    pass
+
+
+@contextlib.contextmanager
+def _exits_refused():
+    """os._exit while the kernel's module is imported: refused and named, not a silent exit (0 passed CI).
+    A process-wide swap for the import only; exits from kernel calls are the isolation's to name."""
+    real = os._exit
+
+    def refuse(code: int = 0) -> None:
+        raise _ExitAtImport(f"os._exit({code})")
+
+    os._exit = refuse
+    try:
+        yield
+    finally:
+        os._exit = real
+
+
 def _import_file(path: Path) -> Any:
     if not path.is_file():
         raise KernelLoadError(f"kernel file {path}: no such file")
@@ -273,10 +295,14 @@ def _import_file(path: Path) -> Any:
     # The file's own folder first, as `python file.py` would: its sibling imports resolve.
     sys.path.insert(0, str(path.parent))
     try:
-        spec.loader.exec_module(module)
+        with _exits_refused():
+            spec.loader.exec_module(module)
     except SyntaxError as e:
         sys.modules.pop(name, None)
         raise KernelLoadError(f"kernel file {path}:{e.lineno}: syntax error: {e.msg}") from None
+    except _ExitAtImport as e:
+        sys.modules.pop(name, None)
+        raise KernelLoadError(f"kernel file {path}: importing it called {e}") from None
     except (Exception, SystemExit) as e:  # sys.exit(0) at import must not end a check green
         sys.modules.pop(name, None)
         raise KernelLoadError(f"kernel file {path}: importing it raised {type(e).__name__}: {e}") from None
@@ -285,9 +311,15 @@ def _import_file(path: Path) -> Any:
 
 def _import_module(dotted: str) -> Any:
     try:
-        return importlib.import_module(dotted)
+        with _exits_refused():
+            return importlib.import_module(dotted)
+    except _ExitAtImport as e:
+        raise KernelLoadError(f"kernel module {dotted!r}: importing it called {e}") from None
     except ModuleNotFoundError as e:
-        raise KernelLoadError(f"kernel module {dotted!r}: {e}") from None
+        top = dotted.split(".")[0]
+        here = e.name == top and ((Path.cwd() / top).is_dir() or (Path.cwd() / f"{top}.py").is_file())
+        hint = " (it is in this folder, which is not on the import path: pip install -e . or PYTHONPATH=.)" if here else ""
+        raise KernelLoadError(f"kernel module {dotted!r}: {e}{hint}") from None
     except SyntaxError as e:
         raise KernelLoadError(f"kernel module {dotted!r}: {e.filename}:{e.lineno}: syntax error: {e.msg}") from None
     except (Exception, SystemExit) as e:

@@ -76,16 +76,66 @@ def classify(exc: BaseException, spec: Any, tensors: dict[str, torch.Tensor]) ->
     return None
 
 
+class KernelUnsupported(RuntimeError):
+    """The kernel raised on an input using a feature no signature can show (grouped heads, a v head
+    dim of its own, M != N): still its failure, as undeclared means supported, but the message
+    names the feature and the declaration that leaves it out."""
+
+
+def feature_hint(spec: Any, tensors: dict[str, torch.Tensor]) -> str | None:
+    """For an attention input that raised: the shape features it used, each with its declaration."""
+    q, k, v = (tensors.get(n) for n in ("q", "k", "v"))
+    if spec.family != "attention" or not all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (q, k, v)):
+        return None
+    from flashcheck.external import flag
+
+    used = []
+    if q.shape[1] != k.shape[1]:
+        used.append((f"grouped heads (Hq={q.shape[1]}, Hkv={k.shape[1]})", "gqa", False))
+    if v.shape[-1] != q.shape[-1]:
+        used.append((f"a v head dim of its own (D={q.shape[-1]}, Dv={v.shape[-1]})", "dv", False))
+    if q.shape[-2] != k.shape[-2]:
+        used.append((f"M != N (M={q.shape[-2]}, N={k.shape[-2]})", "square_only", True))
+    if not used:
+        return None
+    return ("it raised on an input with " + " and ".join(u for u, _, _ in used) + "; if it does not take that, "
+            + " and ".join(f"declare `{key}={val}` ({flag(key, val)})" for _, key, val in used))
+
+
+def _raised_in_kernel(exc: BaseException, spec: Any) -> bool:
+    """Whether the traceback passes through the kernel's own file (not only the tool's oracle)."""
+    import inspect
+
+    fn = inspect.unwrap(spec.fn)
+    try:
+        home = inspect.getsourcefile(fn)
+    except TypeError:
+        return False
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == home:
+            return True
+        tb = tb.tb_next
+    return False
+
+
 @contextmanager
 def diagnosed(spec: Any, tensors: dict[str, torch.Tensor]) -> Iterator[None]:
-    """Run a kernel call; an exception that is a limit becomes KernelLimit naming it."""
+    """Run a kernel call; an exception that is a limit becomes KernelLimit naming it, one on an
+    input with an undeclarable-by-signature feature KernelUnsupported naming the declaration."""
     try:
         yield
+    except (KernelLimit, KernelUnsupported):
+        raise  # a nested diagnosis already named it
     except Exception as exc:
         hint = classify(exc, spec, tensors)
+        if hint is not None:
+            raise KernelLimit(f"{hint}\n  ({type(exc).__name__}: {str(exc).strip()[:300]})") from exc
+        # a failed check is the property's verdict, not an exception of the kernel's
+        hint = None if isinstance(exc, AssertionError) or not _raised_in_kernel(exc, spec) else feature_hint(spec, tensors)
         if hint is None:
             raise
-        raise KernelLimit(f"{hint}\n  ({type(exc).__name__}: {str(exc).strip()[:300]})") from exc
+        raise KernelUnsupported(f"{spec.name}: {type(exc).__name__}: {str(exc).strip()[:300]}\n  {hint}") from exc
 
 
 def within_declared_numel(spec: Any, tensors: dict[str, torch.Tensor]) -> bool:

@@ -40,6 +40,22 @@ class Limits:
     max_m: int
     max_n: int
     max_head_dim: int
+    shapes: Shapes | None = None
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """The shapes a kernel declares it takes (`head_dims`, `square_only`): draws aim at them, so a
+    kernel that narrows its inputs is still checked on the ones it allows, not skipped."""
+
+    head_dims: tuple[int, ...] | None = None
+    square: bool = False
+
+    @classmethod
+    def of(cls, spec) -> Shapes:
+        dims = None if spec.head_dims is None else tuple(
+            d for d in range(1, spec.max_head_dim + 1) if spec.supports_head_dim(d))
+        return cls(dims, bool(spec.square_only))
 
 
 def default_limits() -> Limits:
@@ -48,9 +64,9 @@ def default_limits() -> Limits:
     return Limits(max_bh=2, max_m=64, max_n=512, max_head_dim=256)  # the CPU oracle bounds the size
 
 
-def _lim(max_m, max_n, max_head_dim, max_bh) -> Limits:
+def _lim(max_m, max_n, max_head_dim, max_bh, shapes: Shapes | None = None) -> Limits:
     d = default_limits()
-    return Limits(max_bh or d.max_bh, max_m or d.max_m, max_n or d.max_n, max_head_dim or d.max_head_dim)
+    return Limits(max_bh or d.max_bh, max_m or d.max_m, max_n or d.max_n, max_head_dim or d.max_head_dim, shapes)
 
 
 def _fmt(dtype) -> Format:
@@ -110,10 +126,27 @@ def _bh(draw, lim: Limits) -> tuple[int, int]:
     return b, h
 
 
+def _declared_dims(lim: Limits, lo: int = 1, hi: int | None = None) -> list[int]:
+    """The declared head dims within [lo, hi] (hi: the limit); [] when none are declared there."""
+    dims = (lim.shapes.head_dims or ()) if lim.shapes is not None else ()
+    return [d for d in dims if lo <= d <= min(hi or lim.max_head_dim, lim.max_head_dim)]
+
+
 @composite
 def _head_dim(draw, lim: Limits) -> int:
+    declared = _declared_dims(lim)
+    if declared:
+        return draw(st.sampled_from(declared))
     small = [d for d in (1, 3, 8, 16, 24, 32, 40, 59, 64) if d <= lim.max_head_dim]
     return draw(st.one_of(st.sampled_from(small), st.integers(1, lim.max_head_dim)))
+
+
+@composite
+def _key_len(draw, lim: Limits, m: int, *, min_len: int = 1) -> int:
+    """N for a drawn M: M itself for a kernel that declares square_only, else any length."""
+    if lim.shapes is not None and lim.shapes.square and min_len <= m <= lim.max_n:
+        return m
+    return draw(_lengths(lim.max_n, min_len=min_len))
 
 
 @dataclass
@@ -184,12 +217,14 @@ def _maybe_kv_lens(draw, b: int, n: int) -> list[int] | None:
 # ---- the classes -------------------------------------------------------------------------------
 
 @composite
-def benign_attention(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None,
+def benign_attention(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None,
                      strided: bool = True) -> Case:
     """Standard-normal q, k, v, any shape, with or without causal masking and kv_lens."""
-    fmt, lim = _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh)
+    fmt, lim = _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh, shapes)
     b, h = draw(_bh(lim))
-    m, n, d = draw(_lengths(lim.max_m)), draw(_lengths(lim.max_n)), draw(_head_dim(lim))
+    m = draw(_lengths(lim.max_m))
+    n = draw(_key_len(lim, m))
+    d = draw(_head_dim(lim))
     rng = np.random.default_rng(draw(_seed()))
     sig = draw(st.sampled_from([1.0, 0.25, 3.0]))
     parts = _Parts(_normal(rng, (b, h, m, d), sig), _normal(rng, (b, h, n, d), sig), _normal(rng, (b, h, n, d)),
@@ -198,13 +233,15 @@ def benign_attention(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, 
 
 
 @composite
-def wide_logit_spread(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None,
+def wide_logit_spread(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None,
                       strided: bool = True) -> Case:
     """Scaled logits spreading far beyond 88 (exp underflows for most keys), by large q/k or by
     a large explicit scale; sometimes all logits shifted far from 0 ([1000, 1001]-style)."""
-    fmt, lim = _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh)
+    fmt, lim = _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh, shapes)
     b, h = draw(_bh(lim))
-    m, n, d = draw(_lengths(lim.max_m)), draw(_lengths(lim.max_n, min_len=2)), draw(_head_dim(lim))
+    m = draw(_lengths(lim.max_m))
+    n = draw(_key_len(lim, m, min_len=2))
+    d = draw(_head_dim(lim))
     rng = np.random.default_rng(draw(_seed()))
     how = draw(st.sampled_from(["big_qk", "big_scale", "offset"]))
     scale = None
@@ -223,14 +260,16 @@ def wide_logit_spread(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None,
 
 
 @composite
-def fp16_overflowing_scores(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None,
+def fp16_overflowing_scores(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None,
                             strided: bool = True) -> Case:
     """Raw scores q.k beyond fp16's 65504 (a dot kept in fp16 overflows to inf), from entries in
     the hundreds; sometimes with a tiny scale so the scaled logits stay moderate."""
-    fmt, lim = _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh)
+    fmt, lim = _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh, shapes)
     b, h = draw(_bh(lim))
-    m, n = draw(_lengths(lim.max_m)), draw(_lengths(lim.max_n))
-    d = draw(st.integers(min(4, lim.max_head_dim), lim.max_head_dim))
+    m = draw(_lengths(lim.max_m))
+    n = draw(_key_len(lim, m))
+    declared = _declared_dims(lim, lo=4)
+    d = draw(st.sampled_from(declared) if declared else st.integers(min(4, lim.max_head_dim), lim.max_head_dim))
     rng = np.random.default_rng(draw(_seed()))
     mag = math.sqrt(2.0 * 65504.0 / d) * draw(st.sampled_from([1.0, 2.0, 8.0]))
     mag = min(mag, 60000.0)
@@ -247,11 +286,11 @@ def fp16_overflowing_scores(draw, *, dtype, max_m=None, max_n=None, max_head_dim
 
 
 @composite
-def odd_head_dims(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None,
+def odd_head_dims(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None,
                   strided: bool = True) -> Case:
     """Head dims that are not powers of two (40, 59, 72, 80, 96, 111, 160, 192, ...): a head dim
     cut to the block width (Triton #621) or padding lanes read as garbage show here."""
-    lim = _lim(max_m, max_n, max_head_dim or (80 if INTERPRET else 256), max_bh)
+    lim = _lim(max_m, max_n, max_head_dim or (80 if INTERPRET else 256), max_bh, shapes)
     fmt = _fmt(dtype)
     dims = [d for d in ODD_HEAD_DIMS if d <= lim.max_head_dim]
     wide = [d for d in dims if d > 64]  # past a 64-wide block: half the draws (Triton #621)
@@ -267,10 +306,10 @@ def odd_head_dims(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max
 
 
 @composite
-def ragged_lengths(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None,
+def ragged_lengths(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None,
                    strided: bool = True) -> Case:
     """M != N, lengths at, just below and just above block widths, and 1."""
-    fmt, lim = _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh)
+    fmt, lim = _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh, shapes)
     b, h = draw(_bh(lim))
     m = draw(_lengths(lim.max_m))
     n = draw(_lengths(lim.max_n).filter(lambda x: x != m))
@@ -282,13 +321,15 @@ def ragged_lengths(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, ma
 
 
 @composite
-def kv_lens_edges(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None,
+def kv_lens_edges(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None,
                   strided: bool = True) -> Case:
     """kv_lens of 0, 1, N, N - 1 and non-multiples of the block width, per batch."""
-    fmt, lim = _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh)
+    fmt, lim = _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh, shapes)
     b = max(1, min(2, lim.max_bh))
     h = 1
-    m, n, d = draw(_lengths(lim.max_m)), draw(_lengths(lim.max_n, min_len=2)), draw(_head_dim(lim))
+    m = draw(_lengths(lim.max_m))
+    n = draw(_key_len(lim, m, min_len=2))
+    d = draw(_head_dim(lim))
     off_block = sorted({x for blk in BLOCKS for x in (blk - 1, blk + 1, blk // 2 + 1) if 1 < x < n} or {n - 1})
     edges = {"zero": st.just(0), "one": st.just(1), "full": st.just(n), "n_minus_1": st.just(n - 1),
              "off_block": st.sampled_from(off_block), "any": st.integers(0, n)}
@@ -303,10 +344,10 @@ def kv_lens_edges(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max
 
 
 @composite
-def causal_rectangular(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None,
+def causal_rectangular(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None,
                        strided: bool = True) -> Case:
     """Causal masking with M > N (rows past N see every key) and M < N (keys past M unseen)."""
-    fmt, lim = _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh)
+    fmt, lim = _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh, shapes)
     b, h = draw(_bh(lim))
     wider = draw(st.booleans())
     big, small = max(lim.max_m, lim.max_n), 1
@@ -325,13 +366,15 @@ def causal_rectangular(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None
 
 
 @composite
-def fully_masked_rows(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None,
+def fully_masked_rows(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None,
                       strided: bool = True) -> Case:
     """Query rows that see no key (kv_lens 0 for a batch, with or without causal): exact zeros."""
-    fmt, lim = _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh)
+    fmt, lim = _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh, shapes)
     b = max(1, min(2, lim.max_bh))
     h = 1
-    m, n, d = draw(_lengths(lim.max_m)), draw(_lengths(lim.max_n)), draw(_head_dim(lim))
+    m = draw(_lengths(lim.max_m))
+    n = draw(_key_len(lim, m))
+    d = draw(_head_dim(lim))
     lens = [draw(st.integers(0, n)) for _ in range(b)]
     lens[draw(st.integers(0, b - 1))] = 0
     rng = np.random.default_rng(draw(_seed()))
@@ -342,14 +385,16 @@ def fully_masked_rows(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None,
 
 
 @composite
-def nan_in_hidden_kv(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None,
+def nan_in_hidden_kv(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None,
                      strided: bool = True) -> Case:
     """NaN, inf or huge values stored in K/V rows past kv_lens (and NaN guards past N around every
     view): none of it may reach the output (FlashAttention #1395, vLLM #30887, PyTorch #101967)."""
-    fmt, lim = _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh)
+    fmt, lim = _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh, shapes)
     b = max(1, min(2, lim.max_bh))
     h = 1
-    m, n, d = draw(_lengths(lim.max_m)), draw(_lengths(lim.max_n, min_len=2)), draw(_head_dim(lim))
+    m = draw(_lengths(lim.max_m))
+    n = draw(_key_len(lim, m, min_len=2))
+    d = draw(_head_dim(lim))
     lens = [draw(st.integers(0, n - 1)) for _ in range(b)]
     rng = np.random.default_rng(draw(_seed()))
     parts = _Parts(_normal(rng, (b, h, m, d)), _normal(rng, (b, h, n, d)), _normal(rng, (b, h, n, d)),
@@ -359,14 +404,16 @@ def nan_in_hidden_kv(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, 
 
 
 @composite
-def nan_in_visible_kv(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None,
+def nan_in_visible_kv(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None,
                       strided: bool = True) -> Case:
     """A NaN in a visible key (its rows become NaN) or value (its column of those rows becomes
     NaN); the other rows and columns stay exact. Not causal: under causal masking a NaN value of an
     existing key may also reach rows of its block that do not see it (kernels/attention.py)."""
-    fmt, lim = _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh)
+    fmt, lim = _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh, shapes)
     b, h = draw(_bh(lim))
-    m, n, d = draw(_lengths(lim.max_m)), draw(_lengths(lim.max_n)), draw(_head_dim(lim))
+    m = draw(_lengths(lim.max_m))
+    n = draw(_key_len(lim, m))
+    d = draw(_head_dim(lim))
     rng = np.random.default_rng(draw(_seed()))
     q, k, v = _normal(rng, (b, h, m, d)), _normal(rng, (b, h, n, d)), _normal(rng, (b, h, n, d))
     where = draw(st.sampled_from(["k", "v", "q"]))
@@ -377,15 +424,16 @@ def nan_in_visible_kv(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None,
 
 
 @composite
-def strided_layouts(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None,
+def strided_layouts(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None,
                     strided: bool = True) -> Case:
     """BSHD views (a (B, S, H, D) buffer transposed), padded rows/heads, head-dim stride 2 and
     storage offsets, all inside NaN-guarded buffers: ignored strides show at once."""
-    fmt, lim = _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh)
+    fmt, lim = _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh, shapes)
     b, h = draw(_bh(lim))
     if lim.max_bh >= 2 and h < 2:  # BSHD with H = 1 would be contiguous
         b, h = max(1, min(b, lim.max_bh // 2)), 2
-    m, n = draw(_lengths(lim.max_m, min_len=2)), draw(_lengths(lim.max_n, min_len=2))
+    m = draw(_lengths(lim.max_m, min_len=2))
+    n = draw(_key_len(lim, m, min_len=2))
     d = max(2, draw(_head_dim(lim)))
     rng = np.random.default_rng(draw(_seed()))
     parts = _Parts(_normal(rng, (b, h, m, d)), _normal(rng, (b, h, n, d)), _normal(rng, (b, h, n, d)),
@@ -395,13 +443,15 @@ def strided_layouts(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, m
 
 
 @composite
-def tied_scores(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None,
+def tied_scores(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None,
                 strided: bool = True) -> Case:
     """Equal scores (q = 0 rows, or every key equal): the output is an exact mean of V rows, often
     a rounding midpoint; the oracle must decide it exactly and the kernel get within its bound."""
-    fmt, lim = _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh)
+    fmt, lim = _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh, shapes)
     b, h = draw(_bh(lim))
-    m, n, d = draw(_lengths(lim.max_m)), draw(_lengths(lim.max_n)), draw(_head_dim(lim))
+    m = draw(_lengths(lim.max_m))
+    n = draw(_key_len(lim, m))
+    d = draw(_head_dim(lim))
     rng = np.random.default_rng(draw(_seed()))
     q, k = _normal(rng, (b, h, m, d)), _normal(rng, (b, h, n, d))
     if draw(st.booleans()):
@@ -436,19 +486,19 @@ def _causal(draw, caps: Caps) -> bool:
 
 
 @composite
-def gqa_groups(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, strided: bool = True,
+def gqa_groups(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None, strided: bool = True,
                caps: Caps | None = None) -> Case:
     """Grouped-query attention: groups of 1, 2, 3 (Hq / Hkv not a power of two) and MQA (one kv
     head for all), with short query lengths not a multiple of any tile, so a tile that packs a
     group's heads (decode) holds a group boundary (HipKittens PR #22, fla #1029)."""
-    caps, fmt, lim = _caps(caps), _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh)
+    caps, fmt, lim = _caps(caps), _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh, shapes)
     b = draw(st.integers(1, 2))
     # Hq / Hkv = 3 first (not a power of two: the mapping bugs show there), then MQA and pairs
     hkv, g = draw(st.sampled_from([(2, 3), (1, 4), (1, 2), (2, 2), (1, 3), (1, 1), (2, 1)]))
     hq = hkv * g
     m = draw(st.sampled_from([1, 3, 5, 7, 13, 17, 33])) if draw(st.booleans()) else draw(_lengths(lim.max_m))
     m = min(m, lim.max_m)
-    n, d = draw(_lengths(lim.max_n)), draw(_head_dim(lim))
+    n, d = draw(_key_len(lim, m)), draw(_head_dim(lim))
     dv = _value_dim(draw, caps, d, lim)
     rng = np.random.default_rng(draw(_seed()))
     parts = _Parts(_normal(rng, (b, hq, m, d)), _normal(rng, (b, hkv, n, d)), _normal(rng, (b, hkv, n, dv)),
@@ -462,15 +512,18 @@ WINDOW_EDGES = ("zero", "one", "unlimited", "wider_than_n", "any")
 
 
 @composite
-def window_edges(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, strided: bool = True,
+def window_edges(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None, strided: bool = True,
                  caps: Caps | None = None) -> Case:
     """Sliding windows at their edges: left or right 0 and 1, unlimited (-1), wider than N, with
     both alignments, M > N and M < N; under bottom-right alignment with M > n (and causal or a
     right edge), the first query rows see no key at all (transformers #39408, FlashAttention #895)."""
-    caps, fmt, lim = _caps(caps), _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh)
+    caps, fmt, lim = _caps(caps), _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh, shapes)
     b, h = draw(_bh(lim))
-    m, n, d = draw(_lengths(lim.max_m)), draw(_lengths(lim.max_n)), draw(_head_dim(lim))
-    if len(caps.aligns) > 1 and draw(st.booleans()):  # M > N: rows that bottom-right alignment empties
+    m = draw(_lengths(lim.max_m))
+    n = draw(_key_len(lim, m))
+    d = draw(_head_dim(lim))
+    square = lim.shapes is not None and lim.shapes.square
+    if len(caps.aligns) > 1 and not square and draw(st.booleans()):  # M > N: rows bottom-right alignment empties
         m, n = max(m, n), min(m, n)
         if m == n and m > 1:
             n = m - 1 - draw(st.integers(0, m - 2))
@@ -490,14 +543,16 @@ def window_edges(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_
 
 
 @composite
-def softcap_extremes(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, strided: bool = True,
+def softcap_extremes(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None, strided: bool = True,
                      caps: Caps | None = None) -> Case:
     """softcap far below the logits (tanh saturates: every large score becomes about +-c, a cap
     that is not applied shows at once) and far above them (tanh ~ identity: the cap must not
     cost accuracy) (sgl-kernel-xpu PR #491, unsloth-zoo PR #593)."""
-    caps, fmt, lim = _caps(caps), _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh)
+    caps, fmt, lim = _caps(caps), _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh, shapes)
     b, h = draw(_bh(lim))
-    m, n, d = draw(_lengths(lim.max_m)), draw(_lengths(lim.max_n, min_len=2)), draw(_head_dim(lim))
+    m = draw(_lengths(lim.max_m))
+    n = draw(_key_len(lim, m, min_len=2))
+    d = draw(_head_dim(lim))
     rng = np.random.default_rng(draw(_seed()))
     where = draw(st.sampled_from(["below", "above", "near"]))
     if where == "below":  # scaled logits ~ 30-100, cap 0.05 - 5
@@ -516,14 +571,16 @@ MASK_SHAPES = ("full", "heads_broadcast", "keys_only", "2d", "1d")
 
 
 @composite
-def attn_masks(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, strided: bool = True,
+def attn_masks(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None, strided: bool = True,
                caps: Caps | None = None) -> Case:
     """SDPA-style attn_mask: boolean (True takes part; one row entirely False gives zeros; an
     inverted mask shows at once) or an additive float bias (ALiBi slopes, -inf entries), in the
     shapes that broadcast to (B, Hq, M, N)."""
-    caps, fmt, lim = _caps(caps), _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh)
+    caps, fmt, lim = _caps(caps), _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh, shapes)
     b, h = draw(_bh(lim))
-    m, n, d = draw(_lengths(lim.max_m)), draw(_lengths(lim.max_n)), draw(_head_dim(lim))
+    m = draw(_lengths(lim.max_m))
+    n = draw(_key_len(lim, m))
+    d = draw(_head_dim(lim))
     shape_kind = draw(st.sampled_from(MASK_SHAPES))
     shape = {"full": (b, h, m, n), "heads_broadcast": (b, 1, m, n), "keys_only": (b, 1, 1, n), "2d": (m, n),
              "1d": (n,)}[shape_kind]
@@ -550,16 +607,16 @@ def attn_masks(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh
 
 
 @composite
-def split_kv(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, strided: bool = True,
+def split_kv(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None, strided: bool = True,
              caps: Caps | None = None) -> Case:
     """Split-KV (flash-decoding): 2 to 7 splits, more splits than key blocks, and splits whose
     keys are all masked (kv_lens or a causal diagonal ending before them): their -inf states must
     merge into nothing (FlashInfer #4051)."""
-    caps, fmt, lim = _caps(caps), _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh)
+    caps, fmt, lim = _caps(caps), _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh, shapes)
     b = max(1, min(2, lim.max_bh))
     h = 1
     m = draw(st.sampled_from([1, 2, 5])) if draw(st.booleans()) else draw(_lengths(lim.max_m))
-    n, d = draw(_lengths(lim.max_n, min_len=2)), draw(_head_dim(lim))
+    n, d = draw(_key_len(lim, m, min_len=2)), draw(_head_dim(lim))
     splits = draw(st.sampled_from([2, 3, 7, 16]))
     lens = None
     if "kv_lens" in caps and draw(st.booleans()):
@@ -572,16 +629,17 @@ def split_kv(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=N
 
 
 @composite
-def large_values_many_keys(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None,
+def large_values_many_keys(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None,
                            strided: bool = True, caps: Caps | None = None) -> Case:
     """Values near fp16's maximum (3e4 - 6.5e4) over many keys of similar weight: a 16-bit
     accumulator of P @ V overflows (ik_llama.cpp PR #1196). For bf16 and fp32 the values stay
     at the fp16 scale: near their own maximum the unnormalised fp32 accumulator of every
     flash-style kernel overflows (N * 3e38), which is the algorithm, not a bug."""
-    fmt, lim = _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh)
-    m = draw(st.integers(1, min(4, lim.max_m)))
-    n = draw(st.sampled_from([64, 200, 256]))
-    d = draw(st.sampled_from([4, 8, 16]))
+    fmt, lim = _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh, shapes)
+    square = lim.shapes is not None and lim.shapes.square
+    n = draw(st.sampled_from([x for x in (64, 200, 256) if not square or x <= lim.max_m] or [64]))
+    m = n if square else draw(st.integers(1, min(4, lim.max_m)))
+    d = draw(st.sampled_from(_declared_dims(lim, hi=16) or _declared_dims(lim)[:1] or [4, 8, 16]))
     rng = np.random.default_rng(draw(_seed()))
     top = min(fmt.max_finite, FP16.max_finite)
     v = top * (0.5 + 0.5 * rng.random((1, 1, n, d))) * np.where(rng.random((1, 1, n, d)) < 0.1, -1, 1)
@@ -590,7 +648,7 @@ def large_values_many_keys(draw, *, dtype, max_m=None, max_n=None, max_head_dim=
 
 
 @composite
-def long_near_equal_scores(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None,
+def long_near_equal_scores(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None,
                            strided: bool = True, caps: Caps | None = None) -> Case:
     """One or two query rows against 1024 - 4096 keys of near-equal scores: a 16-bit row sum
     stalls at 2048 (fp16: 2048 + 1 = 2048), the output drifts. N >= 1024 even under the
@@ -609,13 +667,13 @@ VARLEN_LENGTHS = (0, 1, 2, 5, 17, 31, 33, 40)
 
 
 @composite
-def varlen_batches(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, strided: bool = True,
+def varlen_batches(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None, strided: bool = True,
                    caps: Caps | None = None) -> Case:
     """Packed variable-length batches: empty and length-1 sequences beside long ones, totals off
     any block multiple, GQA, causal with either alignment, windows; each sequence must come out
     as if alone (FlashInfer #4347, vLLM PR #27547). Tensors q (total_q, Hq, D), k, v
     (total_k, Hkv, D|Dv), cu_seqlens_q/k int32; kwargs max_seqlen_q/k and the options."""
-    caps, fmt, lim = _caps(caps), _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh)
+    caps, fmt, lim = _caps(caps), _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh, shapes)
     nseq = draw(st.integers(1, 4))
     lq = [min(draw(st.sampled_from(VARLEN_LENGTHS)), lim.max_m) for _ in range(nseq)]
     lk = [min(x if draw(st.booleans()) else draw(st.sampled_from(VARLEN_LENGTHS)), lim.max_n) for x in lq]
@@ -680,7 +738,8 @@ def classes_for(caps: Caps) -> tuple[str, ...]:
 
 
 def class_strategy(cls: str, *, dtype, caps: Caps | None = None, **limits) -> SearchStrategy[Case]:
-    """One class's strategy; the feature classes get the kernel's capabilities."""
+    """One class's strategy; the feature classes get the kernel's capabilities (every class takes
+    `shapes=`, the declared head dims and square_only, among the limits)."""
     if cls in FEATURE_AWARE:
         return CLASSES[cls](dtype=dtype, caps=caps, **limits)
     return CLASSES[cls](dtype=dtype, **limits)
@@ -688,12 +747,14 @@ def class_strategy(cls: str, *, dtype, caps: Caps | None = None, **limits) -> Se
 
 def attention_cases(*, dtype, max_head_dim: int | None = None, max_m: int | None = None,
                     max_n: int | None = None, max_bh: int | None = None, strided: bool = True,
-                    classes: tuple[str, ...] | None = None, caps: Caps | None = None) -> SearchStrategy[Case]:
+                    classes: tuple[str, ...] | None = None, caps: Caps | None = None,
+                    shapes: Shapes | None = None) -> SearchStrategy[Case]:
     """Any adversarial dense attention input: the union of every class the capabilities allow
     (or of `classes`), varlen and the long-row class left out."""
     names = classes or tuple(c for c in classes_for(_caps(caps)) if c not in NOT_IN_UNION)
     return st.one_of([class_strategy(c, dtype=dtype, caps=caps, max_m=max_m, max_n=max_n,
-                                     max_head_dim=max_head_dim, max_bh=max_bh, strided=strided) for c in names])
+                                     max_head_dim=max_head_dim, max_bh=max_bh, strided=strided, shapes=shapes)
+                      for c in names])
 
 
 def is_varlen(case: Case) -> bool:

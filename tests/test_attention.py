@@ -33,7 +33,8 @@ from flashcheck.properties_attention import (
 )
 from flashcheck.reports.attention import sdpa_error_ratio, sdpa_output
 from flashcheck.strategies.attention import (
-    CLASS_FEATURES, CLASSES, LAYOUTS, ODD_HEAD_DIMS, Caps, attention_cases, case_inputs, class_strategy, is_varlen,
+    CLASS_FEATURES, CLASSES, LAYOUTS, ODD_HEAD_DIMS, Caps, Shapes, attention_cases, case_inputs, class_strategy,
+    is_varlen,
 )
 from flashcheck.strategies.sample import draw_examples
 
@@ -48,7 +49,7 @@ def _class_strategy(spec: KernelSpec, dtype: torch.dtype, cls: str):
     """The class's strategy at the CPU defaults, or up to the kernel's head dim on a GPU, within
     the kernel's declared features."""
     limits = {} if INTERPRET else {"max_head_dim": spec.max_head_dim}
-    return class_strategy(cls, dtype=dtype, caps=Caps.of(spec), **limits)
+    return class_strategy(cls, dtype=dtype, caps=Caps.of(spec), shapes=Shapes.of(spec), **limits)
 
 
 # Per running test: [cases kept, cases rejected by the kernel's declarations].
@@ -67,8 +68,8 @@ def _fit(spec: KernelSpec, case: Case) -> Case:
     if fitted is None:
         counts[1] += 1
         if counts[0] == 0 and counts[1] >= _FIT_GIVE_UP:
-            pytest.skip(f"{nothing_to_draw(spec)} ({counts[1]} tries; these draws do not aim at declared "
-                        f"sizes yet)")
+            pytest.skip(f"{nothing_to_draw(spec)} ({counts[1]} tries; draws aim at declared head dims and "
+                        f"square_only, not yet at the other declarations)")
         assume(False)
     counts[0] += 1
     return fitted
@@ -103,7 +104,7 @@ def test_adversarial_class(spec: KernelSpec, dtype: torch.dtype, cls: str, data:
 @pytest.mark.parametrize("relation", METAMORPHIC_PROPERTIES)
 @given(data=st.data())
 def test_metamorphic(spec: KernelSpec, dtype: torch.dtype, relation: str, data: st.DataObject) -> None:
-    case = _fit(spec, data.draw(attention_cases(dtype=dtype, caps=Caps.of(spec), **META_LIMITS), label="case"))
+    case = _fit(spec, data.draw(attention_cases(dtype=dtype, caps=Caps.of(spec), shapes=Shapes.of(spec), **META_LIMITS), label="case"))
     check(spec, relation, case)
 
 

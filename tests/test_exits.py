@@ -264,8 +264,29 @@ def test_python_m_reports_is_supervised(kernels: Path) -> None:
                        cwd=kernels.parent, env=clean_env(), capture_output=True, text=True, timeout=300)
     assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
     assert "the kernel k.exits exited with code 0" in p.stderr, p.stderr[-2000:]
-    # A hard exit outside any kernel call (its module's import): status 0, and still not a pass.
+    # A hard exit outside any kernel call (its module's import): refused and named, like any
+    # module that cannot be imported (status 2), never a pass.
     (kernels.parent / "at_import.py").write_text("import os\nos._exit(0)\n")
     p = subprocess.run([sys.executable, "-m", "flashcheck.reports", "at_import.py:good", *TINY, "--out", "rep"],
                        cwd=kernels.parent, env=clean_env(), capture_output=True, text=True, timeout=300)
-    assert p.returncode == 1 and "before finishing" in p.stderr, p.stdout[-2000:] + p.stderr[-2000:]
+    assert p.returncode == 2 and "importing it called os._exit(0)" in p.stderr, p.stdout[-2000:] + p.stderr[-2000:]
+
+
+@pytest.mark.parametrize("how", ["os._exit(0)", "os._exit(3)", "sys.exit(0)"])
+@pytest.mark.parametrize("command", ["check", "replay", "report"])
+def test_a_kernel_module_that_exits_at_import_is_named_not_green(tmp_path: Path, how: str, command: str,
+                                                                  capfd: pytest.CaptureFixture) -> None:
+    """os._exit(0) at import ended `flashcheck check` with exit 0 and nothing printed: the import is
+    the first kernel code the tool runs, before any supervised child exists."""
+    mod = tmp_path / "exits_at_import.py"
+    mod.write_text(f"import os, sys\n{how}\n\ndef softmax(x):\n    return x\n")
+    target = f"{mod}:softmax"
+    argv = {"check": ["check", target, "--family", "softmax"],
+            "replay": ["replay", str(tmp_path), "--kernel", target, "--family", "softmax"],
+            "report": ["report", target, *TINY, "--out", str(tmp_path / "rep")]}[command]
+    assert flashcheck(argv) == exitcodes.USAGE
+    seen = capfd.readouterr()  # replay and report name it from their supervised child
+    err = (seen.out + seen.err).strip().splitlines()
+    assert len(err) == 1 and f"importing it {'called ' + how if how.startswith('os') else 'raised SystemExit'}" in err[0], err
+    import os
+    assert os._exit.__module__ in ("posix", "nt", "os"), "the import's guard must hand os._exit back"

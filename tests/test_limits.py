@@ -180,3 +180,31 @@ def test_tf32_bound_holds_for_a_tf32_kernel(data: st.DataObject) -> None:
     case = Case(tensors={k: v for k, v in case.tensors.items() if k in "qkv"},
                 kwargs={"causal": False, "scale": case.kwargs.get("scale")}, label=case.label)
     check(_tf32_spec("tf32"), "matches_oracle", case)
+
+
+def _no_gqa(q, k, v, **kw):
+    if q.shape[1] != k.shape[1]:
+        raise RuntimeError(f"heads of q ({q.shape[1]}) and k ({k.shape[1]}) differ")
+    return q
+
+
+def _attn_tensors(hq: int, hkv: int, m: int = 4, n: int = 4, dv: int = 8) -> dict[str, torch.Tensor]:
+    return {"q": torch.zeros(1, hq, m, 8), "k": torch.zeros(1, hkv, n, 8), "v": torch.zeros(1, hkv, n, dv)}
+
+
+@pytest.mark.parametrize("shape, key", [((4, 2), "gqa=False"), ((2, 2, 4, 6), "square_only=True"),
+                                        ((2, 2, 4, 4, 16), "dv=False")])
+def test_a_feature_no_signature_shows_is_named_with_its_declaration(shape, key):
+    """A bare attention function that raises on grouped heads failed with the raw RuntimeError, no hint
+    that `gqa=False` was the declaration; the same for M != N and a v head dim of its own."""
+    def kernel(q, k, v, **kw):
+        raise RuntimeError("unsupported shape")
+
+    spec = _spec(kernel, family="attention")
+    with pytest.raises(Exception) as e, diagnosed(spec, _attn_tensors(*shape)):
+        spec.fn(**_attn_tensors(*shape))
+    assert type(e.value).__name__ == "KernelUnsupported", e.value
+    assert f"declare `{key}`" in str(e.value) and "unsupported shape" in str(e.value), str(e.value)
+    with pytest.raises(RuntimeError, match="differ") as e2, diagnosed(_spec(_no_gqa, family="attention"), _attn_tensors(4, 4)):
+        raise RuntimeError("oracle side: heads differ")  # raised outside the kernel's file: no hint
+    assert type(e2.value) is RuntimeError

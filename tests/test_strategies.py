@@ -617,3 +617,26 @@ def test_ci_draws_reach_every_attention_feature(kernel: KernelSpec, dtype: torch
     assert not missing, (f"the ci run of {kernel.name} [{format_of(dtype).name}] never draws: {missing}")
 
 
+
+
+# Classes whose point is a shape a square, power-of-two-head kernel never takes: M != N by design
+# (ragged_lengths, causal_rectangular), odd head dims, one query row against thousands of keys, keys hidden by kv_lens
+# (those need the kv_lens feature too), packed varlen batches.
+SHAPE_BY_DESIGN = {"ragged_lengths", "causal_rectangular", "odd_head_dims", "long_near_equal_scores", "varlen_batches"}
+
+
+def test_attention_draws_aim_at_declared_head_dims_and_square_shapes() -> None:
+    """A kernel declaring square_only and head dims {16, 32, 64, 128} had every adversarial class
+    skipped ("declarations exclude every input this test draws"): draws now aim at them."""
+    from flashcheck.strategies.attention import CLASSES as ATTN, Caps, Shapes, class_strategy, is_varlen
+    from flashcheck.strategies.sample import draw_examples
+
+    shapes = Shapes(head_dims=(16, 32, 64, 128), square=True)
+    rates = {}
+    for cls in sorted(set(ATTN) - SHAPE_BY_DESIGN):
+        cases = draw_examples(class_strategy(cls, dtype=torch.float32, caps=Caps(), shapes=shapes), 12)
+        fit = [c for c in cases if not is_varlen(c) and c.tensors["q"].shape[-1] in shapes.head_dims
+               and c.tensors["q"].shape[-2] == c.tensors["k"].shape[-2]]
+        rates[cls] = len(fit) / len(cases)
+    # every class reaches the declared shapes (a one-query-row or two-key draw may still miss them)
+    assert min(rates.values()) > 0 and sum(rates.values()) / len(rates) >= 0.75, rates
