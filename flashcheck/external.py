@@ -309,17 +309,25 @@ def _import_file(path: Path) -> Any:
     return module
 
 
+def _from_working_folder(dotted: str) -> None:
+    """A dotted target whose package sits in the working folder imports as under `python -m`: the
+    folder goes on the path, for this process and the pytest workers it starts."""
+    top, here = dotted.split(".")[0], str(Path.cwd())
+    if here not in sys.path and ((Path(here) / top).is_dir() or (Path(here) / f"{top}.py").is_file()):
+        sys.path.insert(0, here)
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
+
+
 def _import_module(dotted: str) -> Any:
+    if importlib.util.find_spec(dotted.split(".")[0]) is None:
+        _from_working_folder(dotted)
     try:
         with _exits_refused():
             return importlib.import_module(dotted)
     except _ExitAtImport as e:
         raise KernelLoadError(f"kernel module {dotted!r}: importing it called {e}") from None
     except ModuleNotFoundError as e:
-        top = dotted.split(".")[0]
-        here = e.name == top and ((Path.cwd() / top).is_dir() or (Path.cwd() / f"{top}.py").is_file())
-        hint = " (it is in this folder, which is not on the import path: pip install -e . or PYTHONPATH=.)" if here else ""
-        raise KernelLoadError(f"kernel module {dotted!r}: {e}{hint}") from None
+        raise KernelLoadError(f"kernel module {dotted!r}: {e}") from None
     except SyntaxError as e:
         raise KernelLoadError(f"kernel module {dotted!r}: {e.filename}:{e.lineno}: syntax error: {e.msg}") from None
     except (Exception, SystemExit) as e:

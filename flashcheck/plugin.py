@@ -89,7 +89,41 @@ def _integer_overrides(raw: dict[str, str]) -> dict[str, object]:
     return out
 
 
+#: Keep only this many of the selected tests, spread evenly over them: a shortened run of any
+#: command as written (CI runs the README's commands this way), never a verdict on a kernel.
+SAMPLE_ENV = "FLASHCHECK_SAMPLE_TESTS"
+
+
+class _Sample:
+    def __init__(self, keep: int) -> None:
+        self.keep, self.of = keep, 0
+
+    @pytest.hookimpl(trylast=True)  # after -m, -k and the family filters: a sample of what they left
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        self.of = len(items)
+        if len(items) <= self.keep:
+            return
+        step = (len(items) - 1) / max(1, self.keep - 1)
+        chosen = {round(i * step) for i in range(self.keep)}
+        config.hook.pytest_deselected(items=[it for i, it in enumerate(items) if i not in chosen])
+        items[:] = [it for i, it in enumerate(items) if i in chosen]
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        terminalreporter.write_line(f"flashcheck: {SAMPLE_ENV}={self.keep}: a sample of {min(self.keep, self.of)} "
+                                    f"of the {self.of} selected tests ran")
+
+
+def _sample(config: pytest.Config) -> None:
+    raw = os.environ.get(SAMPLE_ENV, "").strip()
+    if not raw:
+        return
+    if not raw.isdigit() or int(raw) < 1:
+        raise pytest.UsageError(f"{SAMPLE_ENV}={raw!r}: expected a positive number of tests")
+    config.pluginmanager.register(_Sample(int(raw)), "flashcheck-sample")
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    _sample(config)
     config.addinivalue_line("markers", "softmax: a test of the softmax family's suite")
     config.addinivalue_line("markers", "attention: a test of the attention family's suite")
     target, family = config.getoption("flashcheck_kernel"), config.getoption("flashcheck_family")
