@@ -54,3 +54,28 @@ def test_backgrounds_and_overrides_shrink_to_constant_and_nothing() -> None:
     assert non_background(v) == 0 and np.all(v == 0.0)
     v = find(st_v, lambda v: bool((v > 0.5).sum() == 1 and (v == 0).sum() == v.size - 1), settings=_FIND)
     assert non_background(v) == 1
+
+
+def test_mutation_probes_reach_every_attention_feature() -> None:
+    """`--probe-first` skips the suite for a mutant bit-identical on every probe: a feature no probe
+    reaches made each of its mutants look equivalent (all of softcap's tanh mutants did)."""
+    import torch
+
+    from flashcheck.kernels.registry import ATTENTION_FEATURES, CAUSAL_ALIGNS
+    from flashcheck.mutation.probe import _attention_probe_inputs
+
+    reached = set()
+    for _, kw in _attention_probe_inputs():
+        q, k, v = kw["q"], kw["k"], kw["v"]
+        heads = (-2, -2) if kw.get("_fn") == "attention_varlen" else (1, 1)
+        reached |= {f for f, on in (
+            ("gqa", q.shape[heads[0]] != k.shape[heads[1]]), ("dv", v.shape[-1] != q.shape[-1]),
+            ("window", kw.get("window") is not None), ("softcap", kw.get("softcap", 0.0) > 0),
+            ("varlen", kw.get("_fn") == "attention_varlen"), ("lse", kw.get("return_lse", False)),
+            ("attn_mask", kw.get("attn_mask") is not None), ("splits", kw.get("num_splits", 1) > 1),
+            ("causal", kw.get("causal", False)), ("kv_lens", kw.get("kv_lens") is not None)) if on}
+        reached.add(kw.get("causal_align", "top_left"))
+        if isinstance(kw.get("attn_mask"), torch.Tensor):
+            reached.add("bool_mask" if kw["attn_mask"].dtype == torch.bool else "float_mask")
+    missing = (set(ATTENTION_FEATURES) | set(CAUSAL_ALIGNS) | {"bool_mask", "float_mask"}) - reached
+    assert not missing, f"no mutation probe reaches {sorted(missing)}"

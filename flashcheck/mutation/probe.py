@@ -100,28 +100,65 @@ def _softmax_probe_inputs() -> Iterator[tuple[str, Any]]:
 
 
 def _attention_probe_inputs() -> Iterator[tuple[str, dict[str, Any]]]:
+    """Plain, causal, kv_lens and large inputs on three shapes, then every feature the kernel has
+    (softcap on both tanh branches, windows, GQA, masks, lse, split-KV, bottom-right alignment,
+    a v head dim of its own, varlen) on one: a probe that never reaches a feature calls its mutants
+    bit-identical and skips their suite, so they would look equivalent without being so."""
     import torch
 
     from flashcheck.kernels import DEVICE
 
     g = torch.Generator().manual_seed(12)
+
+    def rnd(*shape: int, dtype: torch.dtype, s: float = 1.0) -> torch.Tensor:
+        return (torch.randn(*shape, generator=g) * s).to(dtype).to(DEVICE)
+
     for dtype in (torch.float16, torch.bfloat16, torch.float32):
         for (b, h, m, n, d) in ((1, 2, 5, 7, 16), (2, 1, 40, 70, 64), (1, 1, 33, 100, 24)):
-            q, k, v = (torch.randn(b, h, s, d, generator=g).to(dtype).to(DEVICE) for s in (m, n, n))
+            q, k, v = (rnd(b, h, s, d, dtype=dtype) for s in (m, n, n))
             yield f"{dtype} {(b, h, m, n, d)}", dict(q=q, k=k, v=v)
             yield f"{dtype} {(b, h, m, n, d)} causal", dict(q=q, k=k, v=v, causal=True)
             kv = torch.tensor([n // 2, 0][:b] if b > 1 else [n // 3], dtype=torch.int32, device=DEVICE)
             yield f"{dtype} {(b, h, m, n, d)} kv_lens", dict(q=q, k=k, v=v, kv_lens=kv)
             yield f"{dtype} {(b, h, m, n, d)} big", dict(q=q * 8, k=k * 8, v=v * 1000)
+        b, h, m, n, d = 2, 2, 37, 75, 32
+        q, k, v = (rnd(b, h, s, d, dtype=dtype) for s in (m, n, n))
+        tag = f"{dtype} {(b, h, m, n, d)}"
+        yield f"{tag} softcap 2 (large scores)", dict(q=q * 4, k=k * 4, v=v, softcap=2.0)
+        yield f"{tag} softcap 30", dict(q=q, k=k, v=v, softcap=30.0)
+        yield f"{tag} window (3, 2)", dict(q=q, k=k, v=v, window=(3, 2))
+        yield f"{tag} window (0, -1) causal bottom_right", dict(q=q, k=k, v=v, window=(0, -1), causal=True,
+                                                                 causal_align="bottom_right")
+        yield f"{tag} causal bottom_right kv_lens", dict(q=q, k=k, v=v, causal=True, causal_align="bottom_right",
+                                                         kv_lens=torch.tensor([n, n // 3], dtype=torch.int32,
+                                                                              device=DEVICE))
+        yield f"{tag} gqa 4/2", dict(q=rnd(b, 4, m, d, dtype=dtype), k=k, v=v)
+        yield f"{tag} dv 24", dict(q=q, k=k, v=rnd(b, h, n, 24, dtype=dtype))
+        keep = torch.rand(b, 1, m, n, generator=g).to(DEVICE) < 0.6
+        keep[:, :, 0, :] = False  # a row that sees nothing
+        yield f"{tag} bool mask", dict(q=q, k=k, v=v, attn_mask=keep)
+        yield f"{tag} float mask", dict(q=q, k=k, v=v, attn_mask=rnd(1, h, m, n, dtype=dtype, s=3.0))
+        yield f"{tag} lse", dict(q=q, k=k, v=v, return_lse=True)
+        for splits in (2, 3):
+            yield f"{tag} {splits} splits", dict(q=q, k=k, v=v, num_splits=splits, return_lse=True)
+        lens_q, lens_k = [0, 5, 17, 1], [3, 0, 40, 9]
+        cq = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
+        ck = torch.tensor([0, *torch.tensor(lens_k).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
+        yield f"{dtype} varlen", dict(_fn="attention_varlen", q=rnd(sum(lens_q), 4, d, dtype=dtype),
+                                      k=rnd(sum(lens_k), 2, d, dtype=dtype), v=rnd(sum(lens_k), 2, d, dtype=dtype),
+                                      cu_seqlens_q=cq, cu_seqlens_k=ck, max_seqlen_q=max(lens_q),
+                                      max_seqlen_k=max(lens_k), causal=True, causal_align="bottom_right")
 
 
 _PUBLIC = {"softmax": ("softmax_row", "softmax_online", "softmax_split"), "attention": ("attention",)}
 
 
 def same_bits(a: Any, b: Any) -> bool:
-    """Same shape, dtype and bits (any NaN equals any NaN)."""
+    """Same shape, dtype and bits (any NaN equals any NaN); tuples (out, lse) element by element."""
     import torch
 
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        return isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b) and all(map(same_bits, a, b))
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     both_nan = torch.isnan(a) & torch.isnan(b)
@@ -145,8 +182,9 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
     count = 0
     inputs = _softmax_probe_inputs() if family == "softmax" else _attention_probe_inputs()
     for label, inp in inputs:
-        for f in fns:
-            kwargs = inp if isinstance(inp, dict) else {"x": inp}
+        kwargs = dict(inp) if isinstance(inp, dict) else {"x": inp}
+        only = kwargs.pop("_fn", None)  # a probe for one public function (varlen)
+        for f in ([only] if only else fns):
             try:
                 got = getattr(mutated, f)(**kwargs)
             except Exception as exc:  # noqa: BLE001
