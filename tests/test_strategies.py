@@ -2,7 +2,7 @@
 
 In the spirit of Hypothesis's own `find_any`, but stricter: the examples inspected are exactly the
 ones the `ci` profile feeds to the property tests. `ci_draws` re-runs the real, @given-decorated
-`tests.test_softmax.test_adversarial_class` for a node id, with the `ci` settings and the
+`flashcheck.suite.test_softmax.test_adversarial_class` for a node id, with the `ci` settings and the
 per-node-id seed the Hypothesis pytest plugin gives it (derandomized runs are seeded from the test
 function's digest plus the node id), and records each case instead of running the kernel. A
 feature listed below must appear in at least one of those 12 (ci `max_examples`) cases, for every
@@ -42,7 +42,7 @@ def _ci_settings() -> settings:
 
 
 def node_id(spec: KernelSpec, dtype: torch.dtype, cls: str) -> str:
-    return f"tests/test_{spec.family}.py::test_adversarial_class[{spec.name}-{format_of(dtype).name}-{cls}]"
+    return f"flashcheck/suite/test_{spec.family}.py::test_adversarial_class[{spec.name}-{format_of(dtype).name}-{cls}]"
 
 
 softmax_node_id = node_id
@@ -50,11 +50,11 @@ _CACHE: dict[tuple[str, str, str], list[Case]] = {}
 
 
 def ci_draws(spec: KernelSpec, dtype: torch.dtype, cls: str, *, node_id: str | None = None) -> list[Case]:
-    """The cases `tests/test_<family>.py::test_adversarial_class[spec-dtype-cls]` draws under the
+    """The cases `flashcheck/suite/test_<family>.py::test_adversarial_class[spec-dtype-cls]` draws under the
     ci profile, in order."""
     import importlib
 
-    ts = importlib.import_module(f"{__package__}.test_{spec.family}")
+    ts = importlib.import_module(f"flashcheck.suite.test_{spec.family}")
     node_id = node_id or globals()["node_id"](spec, dtype, cls)
     key = (node_id, spec.name, cls)
     if key in _CACHE:
@@ -354,7 +354,7 @@ def _unreached(features, draws: dict[str, list[Case]], fmt, max_n: int | None = 
 
 def missing_features(spec: KernelSpec, dtype: torch.dtype, *, salt: str = "") -> list[str]:
     """Features of `FEATURES` that the ci draws of `spec` and `dtype` never reach."""
-    from . import test_softmax as ts
+    from flashcheck.suite import test_softmax as ts
 
     draws = {cls: ci_draws(spec, dtype, cls, node_id=node_id(spec, dtype, cls) + salt)
              for cls in sorted(CLASSES)}
