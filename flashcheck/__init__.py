@@ -2,9 +2,10 @@
 kernels.
 
 One import name holds everything: `flashcheck.kernels` (production Triton kernels and the
-registry), `flashcheck.oracles`, `flashcheck.strategies`, `flashcheck.reports` and
-`flashcheck.tests` (the family suites), plus the engine in this package (properties, fixtures,
-the pytest plugin, the command line).
+registry), `flashcheck.oracles`, `flashcheck.strategies` and `flashcheck.reports`, plus the engine in this
+package (properties, fixtures, the pytest plugin, the command line) and `flashcheck.suite` (the
+family suites that ship, their regression fixtures and the known-bad zoo). The project's own
+self-tests (the repository's `tests/`) do not ship.
 
 Installed, those live under `site-packages/flashcheck/`. In a source checkout they are the
 repository's top-level folders (the layout the project is developed in); the package then
@@ -22,12 +23,14 @@ if not (_HERE / "kernels").is_dir() and (_CHECKOUT / "kernels" / "__init__.py").
         and (_CHECKOUT / "pyproject.toml").is_file():
     __path__.append(str(_CHECKOUT))  # noqa: F821  (a package's own __path__)
 
-#: The folder holding `kernels/`, `oracles/`, `strategies/`, `reports/`, `tests/`: the repository
-#: root in a checkout, this package's folder when installed.
+#: The folder holding `kernels/`, `oracles/`, `strategies/`, `reports/`: the repository root in a
+#: checkout, this package's folder when installed.
 HOME: Path = _HERE if (_HERE / "kernels").is_dir() else _CHECKOUT
 #: The folder to put on `sys.path` (e.g. a subprocess's PYTHONPATH) so `import flashcheck` finds
 #: this very copy.
 IMPORT_ROOT: Path = _HERE.parent
+#: The shipped suite (`flashcheck.suite`): the family suites, `regressions/` and the zoo.
+SUITE: Path = _HERE / "suite"
 
 
 FAMILIES = ("softmax", "attention")
@@ -38,7 +41,6 @@ LOCAL_FIXTURE_DIR = "flashcheck-regressions"
 
 def suite_paths(family: str | None = None) -> list[str]:
     """The suite's test files for a family (every family when None), replays included."""
-    tests = HOME / "tests"
     families = [family] if family else list(FAMILIES)
-    files = sorted({str(p) for f in families for p in tests.glob(f"test_{f}*.py")})
-    return files + [str(tests / "test_regressions.py")]
+    files = sorted({str(p) for f in families for p in SUITE.glob(f"test_{f}*.py")})
+    return files + [str(SUITE / "test_regressions.py")]

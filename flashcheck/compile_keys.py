@@ -6,7 +6,7 @@ aligned, and the launch options (num_warps, num_stages). The first GPU run of a 
 compilation (about a second) for every new key. Under the interpreter nothing is compiled, but
 the keys can be counted: this plugin records them per test.
 
-    pytest -p flashcheck.compile_keys -p no:xdist tests/test_attention.py -k metamorphic
+    pytest -p flashcheck.compile_keys -p no:xdist flashcheck/suite/test_attention.py -k metamorphic
 
 prints, after the run, the tests with the most distinct keys (keys already met by an earlier
 test of the same process are not counted again: that is what a worker's cache does). The counts

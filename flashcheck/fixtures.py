@@ -32,11 +32,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from flashcheck import FAMILIES, HOME, LOCAL_FIXTURE_DIR, atomic
+from flashcheck import FAMILIES, LOCAL_FIXTURE_DIR, SUITE, atomic
 
 FIXTURE_FORMAT = 2  # 2: the kernel's identity (format 1 named it by file stem only)
 #: flashcheck's own committed fixtures; written only when the suite's opt-in is on (SUITE_ENV).
-DEFAULT_FIXTURE_DIR = HOME / "tests" / "regressions"
+DEFAULT_FIXTURE_DIR = SUITE / "regressions"
 SAVE_ENV = "FLASHCHECK_SAVE_FIXTURES"
 DIR_ENV = "FLASHCHECK_FIXTURE_DIR"
 #: "1": this run may write into DEFAULT_FIXTURE_DIR (the `flashcheck_suite_fixtures` ini option of
@@ -84,8 +84,9 @@ def saving_enabled() -> bool:
 
 
 def suite_fixtures_enabled() -> bool:
-    """Whether this run may write into flashcheck's own tests/regressions: $FLASHCHECK_SUITE_FIXTURES
-    when set, else the ini option. Never in a mutation run (the kernels there are broken on purpose)."""
+    """Whether this run may write into flashcheck's own flashcheck/suite/regressions:
+    $FLASHCHECK_SUITE_FIXTURES when set, else the ini option. Never in a mutation run (the kernels
+    there are broken on purpose)."""
     if os.environ.get("FLASHCHECK_MUTANT"):
         return False
     env = _env_flag(SUITE_ENV)
@@ -94,8 +95,8 @@ def suite_fixtures_enabled() -> bool:
 
 def fixture_dir() -> Path:
     """Explicit --fixture-dir, else $FLASHCHECK_FIXTURE_DIR, else ./flashcheck-regressions for an
-    external kernel, else the suite's own tests/regressions when the suite's opt-in is on, else
-    ./flashcheck-regressions."""
+    external kernel, else the suite's own flashcheck/suite/regressions when the suite's opt-in is on,
+    else ./flashcheck-regressions."""
     explicit = _SETTINGS["directory"] or os.environ.get(DIR_ENV) or _SETTINGS["default_dir"]
     if explicit:
         return Path(explicit)

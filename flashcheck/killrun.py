@@ -41,7 +41,7 @@ def pytest_configure(config) -> None:  # noqa: ANN001
     _S.update(t0=time.perf_counter(), calls=0, cases=0, last_case=None, first=None, last_fail=None,
               tests_passed=0, tests_failed=[], kernel=None)
 
-    # After tests/conftest.py has put the external kernel in the registry: count its calls.
+    # After the suite's conftest has put the external kernel in the registry: count its calls.
     from flashcheck.kernels.registry import REGISTRY
 
     if REGISTRY:
@@ -134,7 +134,7 @@ def run_pytest(args: list[str], *, env_extra: dict[str, str] | None = None, shri
     tmp = Path(tempfile.mkdtemp(prefix="kill-run-"))
     result_json = tmp / "result.json"
     if not any(a == "--fixture-dir" or a.startswith("--fixture-dir=") for a in args):
-        # Never the suite's tests/regressions: a mutant or a zoo kernel is broken on purpose.
+        # Never the suite's own regressions folder: a mutant or a zoo kernel is broken on purpose.
         args = [*args, f"--fixture-dir={tmp / 'fixtures'}"]
     cmd = [sys.executable, "-m", "pytest", *args, "-p", "no:xdist", "-p", "no:cacheprovider",
            "-p", "flashcheck.killrun", "-q", "--no-header", "-W", "ignore::DeprecationWarning"]

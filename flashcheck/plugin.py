@@ -49,7 +49,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      f"own for registered kernels in flashcheck's checkout, ./{EXTERNAL_FIXTURE_DIR} otherwise)")
     parser.addini("flashcheck_suite_fixtures", type="bool", default=False,
                   help="flashcheck's own suite: shrunk failures of the registered kernels are written to "
-                       "its tests/regressions (set in flashcheck's pyproject.toml; "
+                       "its flashcheck/suite/regressions (set in flashcheck's pyproject.toml; "
                        "$FLASHCHECK_SUITE_FIXTURES=0/1 overrides)")
 
 

@@ -1,4 +1,4 @@
-"""The attention family's properties (engine code; tests/test_attention.py only parametrizes and
+"""The attention family's properties (engine code; flashcheck/suite/test_attention.py only parametrizes and
 drives them). Each is registered with `flashcheck.properties.prop("attention", name)` under a stable
 name: regression fixtures refer to it.
 

@@ -2,7 +2,7 @@
 
 Each property is `prop(spec, case)`, registered under a stable name with `flashcheck.properties.prop`
 (fixtures name the property that failed, and replay it forever); it raises AssertionError with a
-message naming the worst element, both values and the bound. The tests in `tests/test_softmax*.py`
+message naming the worst element, both values and the bound. The tests in `flashcheck/suite/test_softmax*.py`
 and the stability report draw cases and call these through `flashcheck.properties.check`.
 
 Core properties (checked on every case of every adversarial class): input untouched, matches
@@ -37,7 +37,7 @@ failure is saved as an exact-bit fixture like any other:
 * nan_guard_invisible: the output on a view inside NaN guard data equals the output on the same
   view inside zero guard data (a kernel that reads outside its view, or multiplies a masked
   load by 0 instead of selecting, sees the difference).
-* input untouched is the core property `input_untouched` (tests/test_softmax.py), checked on
+* input untouched is the core property `input_untouched` (flashcheck/suite/test_softmax.py), checked on
   every case of every class there; guard_bands also checks the input when `out=` is given.
 
 "Same bits" counts any NaN as equal to any NaN (payloads are not part of the contract).

@@ -4,7 +4,7 @@ A subprocess must see only the flags its test gives it. Everything that configur
 Hypothesis or flashcheck through the environment (`PYTEST_ADDOPTS`, `PYTEST_TIMEOUT`,
 `PYTEST_XDIST_WORKER`, `FLASHCHECK_SAVE_FIXTURES`, `FLASHCHECK_FIXTURE_DIR`, `CI`, ...) is
 dropped, so an outer run's `--no-save-fixtures`, worker id or profile cannot leak in; and
-`FLASHCHECK_SUITE_FIXTURES=0`: a subprocess never writes into flashcheck's own tests/regressions
+`FLASHCHECK_SUITE_FIXTURES=0`: a subprocess never writes into flashcheck's own flashcheck/suite/regressions
 (the checkout's pyproject.toml opts its pytest runs in), whatever kernel it breaks on purpose.
 """
 from __future__ import annotations

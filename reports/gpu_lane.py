@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from flashcheck import HOME, atomic
+from flashcheck import HOME, SUITE, atomic
 from flashcheck.phases import PHASES, summarize
 
 
@@ -52,7 +52,8 @@ def _triton_version() -> str:
 # ---- the suite -------------------------------------------------------------------------------
 
 def suite_files() -> list[str]:
-    return sorted(str(p.relative_to(HOME)) for p in (HOME / "tests").glob("test_*.py"))
+    """Every test file of a root `pytest` run: the self-tests (`tests/`) and the shipped suite."""
+    return sorted(str(p.relative_to(HOME)) for d in (HOME / "tests", SUITE) for p in d.glob("test_*.py"))
 
 
 def run_suite(out: Path, files: list[str], budget: float, workers: str, resume: list[Path] | None = None) -> dict:

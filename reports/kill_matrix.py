@@ -2,7 +2,7 @@
 
 `python -m flashcheck.reports --kill-matrix` (or `python -m flashcheck.reports.kill_matrix`) runs, for each zoo kernel,
 
-    CI=true pytest tests --kernel tests/zoo/<family>_bugs.py:NAME --family <family> -x
+    CI=true pytest flashcheck/suite --kernel flashcheck/suite/zoo/<family>_bugs.py:NAME --family <family> -x
            -p no:xdist -p no:cacheprovider --fixture-dir <out>/kill_fixtures/NAME -p flashcheck.killrun
 
 in a subprocess (the suite exactly as CI runs it against an external kernel, stopping at the first
@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from flashcheck import atomic
+from flashcheck import HOME, SUITE, atomic
 from flashcheck.killrun import run_pytest
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
@@ -50,15 +50,16 @@ def _fixture_summary(directory: Path) -> dict[str, Any] | None:
 def run_zoo_kernel(z, *, out_dir: Path | None = None, first_only: bool = True, shrink: bool = True,
                    save_fixtures: bool = True, timeout: float = 900,
                    extra_args: list[str] | None = None) -> dict[str, Any]:
-    """Run the default ci suite against one zoo kernel (a `tests.zoo.ZooKernel`) in a subprocess.
+    """Run the default ci suite against one zoo kernel (a `flashcheck.suite.zoo.ZooKernel`) in a subprocess.
     shrink=False skips Hypothesis's shrink phase (same examples, same first failure, faster)."""
-    from flashcheck.tests.zoo import module_path
+    from flashcheck.suite.zoo import module_path
 
     tmp = Path(tempfile.mkdtemp(prefix=f"kill-{z.name}-"))
     fixtures = (out_dir / "kill_fixtures" / z.name) if out_dir else tmp / "fixtures"
     shutil.rmtree(fixtures, ignore_errors=True)
     fixtures.mkdir(parents=True, exist_ok=True)
-    args = ["tests", f"--kernel={module_path(z)}:{z.name}", f"--family={z.family}", f"--fixture-dir={fixtures}",
+    args = [str(SUITE.relative_to(HOME)), f"--kernel={module_path(z)}:{z.name}", f"--family={z.family}",
+            f"--fixture-dir={fixtures}",
             *(["-x"] if first_only else []), *([] if save_fixtures else ["--no-save-fixtures"]), *(extra_args or [])]
     run = run_pytest(args, shrink=shrink, timeout=timeout)
     rc, tail, wall, data = run["returncode"], run["tail"], run["wall_seconds"], run["data"]
@@ -92,7 +93,7 @@ def run_zoo_kernel(z, *, out_dir: Path | None = None, first_only: bool = True, s
 def run_all(names: list[str] | None = None, *, jobs: int = 2, out_dir: Path | None = None,
             first_only: bool = True, shrink: bool = True, extra_args: list[str] | None = None,
             log=print) -> list[dict[str, Any]]:
-    from flashcheck.tests.zoo import zoo
+    from flashcheck.suite.zoo import zoo
 
     chosen = [z for z in zoo(runnable=True) if not names or z.name in names]
 
@@ -124,7 +125,7 @@ def load_matrix(path: Path = MATRIX) -> dict[str, Any]:
 def record_matrix(rows: list[dict[str, Any]], env: dict[str, str], path: Path = MATRIX) -> dict[str, Any]:
     """Write the rows run into the tracked matrix; entries not run keep their rows, GPU-only entries
     get their reason, entries no longer in the zoo are dropped."""
-    from flashcheck.tests.zoo import zoo
+    from flashcheck.suite.zoo import zoo
 
     old = load_matrix(path)["entries"]
     new = {r["name"]: matrix_row(r) for r in rows}
@@ -172,7 +173,7 @@ def to_markdown(rows: list[dict[str, Any]], env: dict[str, str]) -> str:
     out = ["# flashcheck kill matrix", "",
            f"{env['date']} on {env['device']}; torch {env['torch']}, triton {env['triton']}. The default suite "
            "(`ci` profile: derandomized, 12 examples per Hypothesis test) run against each known-bad zoo kernel "
-           "(`tests/zoo/`) with `-x`. **Caught by**: the first failing test and the property that failed; "
+           "(`flashcheck/suite/zoo/`) with `-x`. **Caught by**: the first failing test and the property that failed; "
            "**examples**: distinct cases checked (over every test run so far) up to and including the first "
            "failing one; **calls**: kernel calls until then; **s**: seconds from the start of the session to the "
            "first failing check; **shrunk counterexample**: the case Hypothesis shrank to (the exact-bit fixture).",

@@ -1,30 +1,3 @@
-"""The suite's Hypothesis profiles, and its plugins for runs from a checkout where flashcheck is
-not installed (installed, the `pytest11` entry points have already loaded them)."""
-from __future__ import annotations
-
-import os
-
-# Before NumPy loads its BLAS: the oracles' float64 products are small, one thread per process.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-
-from flashcheck import devices, profiles  # noqa: E402
-
-devices.assign_worker_gpu()  # first: before anything asks torch for a GPU (one GPU per xdist worker)
-
-from hypothesis import settings  # noqa: E402
-
-from flashcheck import kernels  # noqa: E402,F401  (switches on the interpreter before anything imports triton)
-
-pytest_plugins = ["flashcheck.plugin", "flashcheck.tiers"]
-
-profiles.register_profiles()
-settings.load_profile(profiles.default_profile())
-
-
-def pytest_configure(config) -> None:
-    # The interpreter computes in NumPy: IEEE specials raise these warnings by design.
-    for w in ("ignore:invalid value encountered:RuntimeWarning", "ignore:overflow encountered:RuntimeWarning",
-              "ignore:divide by zero encountered:RuntimeWarning", "ignore:All-NaN slice encountered:RuntimeWarning",
-              # Triton 3.6's interpreter on run-time loop bounds (NUMERICS.md s. 6; an error from NumPy 2.4)
-              "ignore:Conversion of an array with ndim > 0 to a scalar:DeprecationWarning"):
-        config.addinivalue_line("filterwarnings", w)
+"""The self-tests run under the shipped suite's setup (Hypothesis profiles, the flashcheck plugins,
+the interpreter's warning filters): `flashcheck/suite/conftest.py`, so a run of `tests/` alone has it."""
+from flashcheck.suite.conftest import pytest_configure, pytest_plugins  # noqa: F401

@@ -101,15 +101,17 @@ def _collected(run) -> list[str]:
 
 @pytest.mark.slow
 def test_family_and_slow_markers_select() -> None:
-    files = ["tests/test_softmax.py", "tests/test_attention.py", "tests/test_fixtures.py", "tests/test_softmax_gpu.py"]
+    files = ["flashcheck/suite/test_softmax.py", "flashcheck/suite/test_attention.py", "tests/test_fixtures.py",
+             "flashcheck/suite/test_softmax_gpu.py"]
     run = run_pytest("--collect-only", "-m", "softmax and not slow", *files, timeout=300)
     ids = _collected(run)
     assert run.returncode == 0 and ids, run.stdout[-2000:] + run.stderr[-2000:]
-    assert all(i.startswith(("tests/test_softmax.py::", "tests/test_softmax_gpu.py::")) for i in ids), ids
+    assert all(i.startswith(("flashcheck/suite/test_softmax.py::", "flashcheck/suite/test_softmax_gpu.py::"))
+               for i in ids), ids
     assert "PytestUnknownMarkWarning" not in run.stdout + run.stderr
     run = run_pytest("--collect-only", "-m", "gpu_only", *files, timeout=300)
     gpu = _collected(run)
-    assert gpu and all(i.startswith("tests/test_softmax_gpu.py::") for i in gpu), gpu
+    assert gpu and all(i.startswith("flashcheck/suite/test_softmax_gpu.py::") for i in gpu), gpu
     run = run_pytest("--collect-only", "-m", "slow", *files, timeout=300)
     assert any(i.startswith("tests/test_fixtures.py::") for i in _collected(run)), run.stdout[-2000:]
 
@@ -131,7 +133,7 @@ def hang(x):
 def test_hanging_kernel_fails_with_a_timeout(tmp_path: Path) -> None:
     (tmp_path / "hang.py").write_text(HANG)
     t0 = time.monotonic()
-    run = run_pytest("tests/test_softmax.py", "-k", "test_adversarial_class and benign and fp32",
+    run = run_pytest("flashcheck/suite/test_softmax.py", "-k", "test_adversarial_class and benign and fp32",
                      "--kernel", f"{tmp_path}/hang.py:hang", "--family", "softmax", "--no-save-fixtures",
                      "--hypothesis-profile", "ci", "--timeout", "5", timeout=300)
     wall = time.monotonic() - t0
@@ -143,12 +145,12 @@ def test_hanging_kernel_fails_with_a_timeout(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_default_timeout_follows_the_tier() -> None:
-    run = run_pytest("--collect-only", "--hypothesis-profile", "smoke", "tests/test_regressions.py", "-v",
+    run = run_pytest("--collect-only", "--hypothesis-profile", "smoke", "flashcheck/suite/test_regressions.py", "-v",
                      timeout=300)
     assert f"timeout: {profiles.TIMEOUTS['smoke']}s" in run.stdout, run.stdout[-2000:]
     assert "timeout method: thread" in run.stdout, run.stdout[-2000:]
     run = run_pytest("--collect-only", "--hypothesis-profile", "smoke", "--timeout", "7",
-                     "tests/test_regressions.py", "-v", timeout=300)
+                     "flashcheck/suite/test_regressions.py", "-v", timeout=300)
     assert "timeout: 7.0s" in run.stdout, run.stdout[-2000:]
 
 
@@ -160,7 +162,7 @@ DURATIONS = ROOT / ".test_durations"
 @pytest.mark.slow
 @pytest.mark.skipif(not DURATIONS.is_file(), reason="no recorded .test_durations (an installed suite)")
 def test_shards_partition_the_suite() -> None:
-    subset = ["tests/test_oracles.py", "tests/test_attention.py"]
+    subset = ["tests/test_oracles.py", "flashcheck/suite/test_attention.py"]
     everything = set(_collected(run_pytest("--collect-only", *subset, timeout=300)))
     groups = []
     for g in (1, 2):
@@ -217,7 +219,7 @@ def test_gpu_workflow_shards_over_its_matrix() -> None:
                          if str(s.get("uses", "")).startswith("actions/upload-artifact"))
     from flashcheck.reports.cli import DEFAULT_OUT
 
-    for artefact in ("junit", "tests/regressions", DEFAULT_OUT):
+    for artefact in ("junit", "flashcheck/suite/regressions", DEFAULT_OUT):
         assert artefact in uploaded, artefact
 
 

@@ -40,7 +40,7 @@ def broken_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, su
     tmp = tmp_path_factory.mktemp("broken")
     (tmp / "broken.py").write_text(BROKEN)
     fixtures = tmp / "fixtures"
-    run = _pytest("tests/test_softmax.py", "-k", "test_adversarial_class and benign and fp32",
+    run = _pytest("flashcheck/suite/test_softmax.py", "-k", "test_adversarial_class and benign and fp32",
                   "--kernel", f"{tmp}/broken.py:broken_tail", "--family", "softmax", "--fixture-dir", str(fixtures))
     return tmp, fixtures, run
 
@@ -63,8 +63,8 @@ def test_broken_kernel_leaves_one_minimal_fixture(broken_run) -> None:
 @pytest.mark.slow
 def test_fixture_fails_on_replay(broken_run) -> None:
     tmp, fixtures, _ = broken_run
-    run = _pytest("tests/test_regressions.py", "--kernel", f"{tmp}/broken.py:broken_tail", "--family", "softmax",
-                  "--fixture-dir", str(fixtures))
+    run = _pytest("flashcheck/suite/test_regressions.py", "--kernel", f"{tmp}/broken.py:broken_tail",
+                  "--family", "softmax", "--fixture-dir", str(fixtures))
     assert run.returncode == 1 and "1 failed" in run.stdout, run.stdout[-3000:] + run.stderr[-3000:]
 
 
@@ -81,7 +81,7 @@ def test_self_tests_pass_under_no_save_fixtures() -> None:
 def test_saving_can_be_switched_off(tmp_path: Path) -> None:
     (tmp_path / "broken.py").write_text(BROKEN)
     fixtures = tmp_path / "fixtures"
-    run = _pytest("tests/test_softmax.py", "-k", "test_adversarial_class and benign and fp32",
+    run = _pytest("flashcheck/suite/test_softmax.py", "-k", "test_adversarial_class and benign and fp32",
                   "--kernel", f"{tmp_path}/broken.py:broken_tail", "--family", "softmax",
                   "--fixture-dir", str(fixtures), "--no-save-fixtures")
     assert run.returncode == 1, run.stdout[-3000:]
@@ -257,7 +257,8 @@ def test_bad_fixture_is_its_own_error_and_the_rest_replay(name: str, tmp_path: P
 def test_bad_fixture_under_pytest_is_labelled(tmp_path: Path) -> None:
     good = _write(tmp_path / "good.json", registered("softmax_row"))
     (tmp_path / "bad.json").write_text(json.dumps(_bad(json.loads(good.read_text()), tensors__x__bits=["1ffff"])))
-    run = _pytest("tests/test_regressions.py", "--family", "softmax", "--fixture-dir", str(tmp_path), "-p", "no:randomly")
+    run = _pytest("flashcheck/suite/test_regressions.py", "--family", "softmax", "--fixture-dir", str(tmp_path),
+                  "-p", "no:randomly")
     out = run.stdout + run.stderr
     assert run.returncode == 1 and "1 failed, " in out and "bad fixture" in out, out[-3000:]
     assert "good.json" not in out.split("short test summary")[-1], out[-3000:]
@@ -350,7 +351,7 @@ def test_tooling_runs_get_a_temporary_fixture_dir(monkeypatch: pytest.MonkeyPatc
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(killrun.subprocess, "run", fake)
-    killrun.run_pytest(["tests/test_softmax.py"])
+    killrun.run_pytest(["flashcheck/suite/test_softmax.py"])
     dirs = [a for a in seen["cmd"] if a.startswith("--fixture-dir=")]
     assert len(dirs) == 1 and not fx.is_suite_dir(Path(dirs[0].split("=", 1)[1])), seen["cmd"]
     assert seen["env"][fx.SUITE_ENV] == "0"

@@ -22,7 +22,8 @@ import pytest
 
 from flashcheck import HOME
 
-GENERIC = {"kernels", "oracles", "strategies", "reports", "tests"}
+GENERIC = {"kernels", "oracles", "strategies", "reports", "tests"}  # never top-level names of the wheel
+SHIPPED = ("kernels", "oracles", "strategies", "reports", "suite", "suite/zoo")  # flashcheck.<these>
 pytestmark = pytest.mark.skipif(not (HOME / "pyproject.toml").is_file(),
                                 reason="needs flashcheck's source checkout (it builds the wheel)")
 
@@ -193,8 +194,10 @@ def test_one_top_level_name(author: dict) -> None:
     names = {n for n in author["added"] if not n.endswith((".dist-info", ".pth")) and n != "__pycache__"}
     assert names == {"flashcheck"}, f"the wheel installed top-level names {sorted(names)}"
     pkg = author["site"] / "flashcheck"
-    for sub in GENERIC:
+    for sub in SHIPPED:
         assert (pkg / sub / "__init__.py").is_file(), f"flashcheck.{sub} missing from the wheel"
+    assert list((pkg / "suite" / "regressions").glob("*.json")), "the suite's regression fixtures are not shipped"
+    assert not (pkg / "tests").exists(), "the self-tests (tests/) were shipped in the wheel"
     where = _run([str(author["py"]), "-c", "import flashcheck.kernels as k; print(k.__file__)"], author["repo"],
                  author["env"])
     assert where.returncode == 0 and str(pkg) in where.stdout, _explain(where)

@@ -16,7 +16,7 @@ import torch
 from flashcheck import kernels
 from flashcheck.interp_bounds import ENV, OutOfBoundsAccess, extent_of
 from flashcheck.kernels._common import tl, triton
-from flashcheck.tests.zoo import attention_bugs, softmax_bugs
+from flashcheck.suite.zoo import attention_bugs, softmax_bugs
 
 pytestmark = pytest.mark.skipif(not kernels.INTERPRET, reason="the bounds check is the interpreter's (a GPU faults)")
 

@@ -14,7 +14,7 @@ from flashcheck.reports.cli import main
 from flashcheck.reports.run import collect
 
 ROOT = Path(__file__).resolve().parent.parent
-ZOO = ROOT / "tests" / "zoo" / "softmax_bugs.py"
+ZOO = ROOT / "flashcheck" / "suite" / "zoo" / "softmax_bugs.py"
 
 # Small and fast: one dtype, two classes, two inputs each (a few seconds under the interpreter).
 FAST = ["--family", "softmax", "--examples", "2", "--dtypes", "fp16", "--no-baselines", "--quiet"]

@@ -16,7 +16,7 @@ from flashcheck.oracles.formats import FP16, FP32, to_float64
 from flashcheck.strategies.case import Case
 from flashcheck.strategies.floats import backgrounds, non_background, with_overrides
 from flashcheck.strategies.softmax import benign_rows, nan_and_inf_rows
-from flashcheck.tests.zoo.softmax_bugs import ZOO
+from flashcheck.suite.zoo.softmax_bugs import ZOO
 
 _FIND = settings(database=None, derandomize=True, max_examples=300, deadline=None,
                  phases=[Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck))

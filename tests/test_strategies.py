@@ -2,9 +2,9 @@
 
 In the spirit of Hypothesis's own `find_any`, but stricter: the examples inspected are exactly the
 ones the `ci` profile feeds to the property tests. `ci_draws` re-runs the real, @given-decorated
-`tests.test_softmax.test_adversarial_class` for a node id, with the `ci` settings and the
-per-node-id seed the Hypothesis pytest plugin gives it (derandomized runs are seeded from the test
-function's digest plus the node id), and records each case instead of running the kernel. A
+`flashcheck.suite.test_softmax.test_adversarial_class` for a node id, with the `ci` settings and the
+per-test seed a suite run gives it (derandomized runs are seeded from the test function's digest
+plus the key `flashcheck.suite.seed_key` makes of the node id), and records each case instead of running the kernel. A
 feature listed below must appear in at least one of those 12 (ci `max_examples`) cases, for every
 registered softmax kernel and dtype: what the CI run of that kernel really checks.
 
@@ -30,6 +30,7 @@ from flashcheck.oracles.softmax import softmax_oracle
 from flashcheck.strategies.case import Case
 from flashcheck.strategies.softmax import CLASSES
 from flashcheck.fixtures import storage_of
+from flashcheck.suite import seed_key
 
 NEG_INF = -math.inf
 CI_PROFILE = "ci"
@@ -42,7 +43,8 @@ def _ci_settings() -> settings:
 
 
 def node_id(spec: KernelSpec, dtype: torch.dtype, cls: str) -> str:
-    return f"tests/test_{spec.family}.py::test_adversarial_class[{spec.name}-{format_of(dtype).name}-{cls}]"
+    """The key the suite's derandomized draws of this test are seeded from (flashcheck.suite.seed_key)."""
+    return seed_key(f"test_{spec.family}.py", f"test_adversarial_class[{spec.name}-{format_of(dtype).name}-{cls}]")
 
 
 softmax_node_id = node_id
@@ -50,11 +52,11 @@ _CACHE: dict[tuple[str, str, str], list[Case]] = {}
 
 
 def ci_draws(spec: KernelSpec, dtype: torch.dtype, cls: str, *, node_id: str | None = None) -> list[Case]:
-    """The cases `tests/test_<family>.py::test_adversarial_class[spec-dtype-cls]` draws under the
-    ci profile, in order."""
+    """The cases `flashcheck/suite/test_<family>.py::test_adversarial_class[spec-dtype-cls]` draws
+    under the ci profile, in order."""
     import importlib
 
-    ts = importlib.import_module(f"{__package__}.test_{spec.family}")
+    ts = importlib.import_module(f"flashcheck.suite.test_{spec.family}")
     node_id = node_id or globals()["node_id"](spec, dtype, cls)
     key = (node_id, spec.name, cls)
     if key in _CACHE:
@@ -354,7 +356,7 @@ def _unreached(features, draws: dict[str, list[Case]], fmt, max_n: int | None = 
 
 def missing_features(spec: KernelSpec, dtype: torch.dtype, *, salt: str = "") -> list[str]:
     """Features of `FEATURES` that the ci draws of `spec` and `dtype` never reach."""
-    from . import test_softmax as ts
+    from flashcheck.suite import test_softmax as ts
 
     draws = {cls: ci_draws(spec, dtype, cls, node_id=node_id(spec, dtype, cls) + salt)
              for cls in sorted(CLASSES)}
@@ -394,6 +396,19 @@ def test_ci_draws_are_deterministic() -> None:
     b = ci_draws(spec, torch.float32, "neg_inf_padding")
     assert [c.label for c in a] == [c.label for c in b]
     assert all(torch.equal(x.tensors["x"].nan_to_num(), y.tensors["x"].nan_to_num()) for x, y in zip(a, b))
+    # A suite run seeds the test from the key the recorder uses (flashcheck/suite/conftest.py), not
+    # from the node id Hypothesis gave it.
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from flashcheck.suite import conftest
+
+    inner = SimpleNamespace(_hypothesis_internal_add_digest=b"the node id")
+    nodeid = node_id(spec, torch.float32, "neg_inf_padding").split("::", 1)[1]
+    conftest.pytest_runtest_call(SimpleNamespace(obj=SimpleNamespace(hypothesis=SimpleNamespace(inner_test=inner)),
+                                                 path=Path("site-packages/flashcheck/suite/test_softmax.py"),
+                                                 nodeid=f"site-packages/flashcheck/suite/test_softmax.py::{nodeid}"))
+    assert inner._hypothesis_internal_add_digest == node_id(spec, torch.float32, "neg_inf_padding").encode()
 
 
 # ---- attention (NUMERICS.md section 4, item 13) ---------------------------------------------------

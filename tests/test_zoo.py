@@ -1,7 +1,7 @@
 """Quality test of the whole suite: every kernel of the known-bad zoo is caught by the default suite.
 
-For each zoo kernel (tests/zoo/), the default ci suite runs against it as an external kernel in
-a subprocess, exactly as `pytest --kernel tests/zoo/<family>_bugs.py:NAME --family <family> -x`
+For each zoo kernel (flashcheck/suite/zoo/), the default ci suite runs against it as an external kernel in
+a subprocess, exactly as `pytest --kernel flashcheck/suite/zoo/<family>_bugs.py:NAME --family <family> -x`
 does (stopping at the first failure, Hypothesis's shrink phase skipped: the same derandomized
 examples, so the same first failure, without the cost of minimizing it). A survivor means a
 strategy or a property is missing: fix the suite, never drop the zoo kernel.
@@ -25,7 +25,7 @@ from flashcheck.oracles.formats import format_of, to_float64
 from flashcheck.fixtures import storage_of
 from flashcheck.properties import PROPERTIES
 from flashcheck.interp_bounds import OutOfBoundsAccess
-from flashcheck.tests.zoo import ZooKernel, zoo
+from flashcheck.suite.zoo import ZooKernel, zoo
 
 ZOO = {z.name: z for z in zoo()}
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from flashcheck import HOME
+from flashcheck import HOME, SUITE
 from flashcheck.mutation.operators import GPU_ONLY_OPERATORS, OPERATORS, is_tl
 
 # ---- what is mutated, and which tests see it -------------------------------------------------------
@@ -27,8 +27,13 @@ class Target:
     tests: tuple[str, ...]
 
 
-SOFTMAX_TESTS = ("tests/test_softmax.py", "tests/test_softmax_metamorphic.py", "tests/test_regressions.py")
-ATTENTION_TESTS = ("tests/test_attention.py", "tests/test_regressions.py")
+def _suite(*names: str) -> tuple[str, ...]:
+    """Suite files as pytest arguments relative to HOME (the subprocess's folder)."""
+    return tuple(str((SUITE / n).relative_to(HOME)) for n in names)
+
+
+SOFTMAX_TESTS = _suite("test_softmax.py", "test_softmax_metamorphic.py", "test_regressions.py")
+ATTENTION_TESTS = _suite("test_attention.py", "test_regressions.py")
 
 ALL_TARGETS: tuple[Target, ...] = (
     Target("softmax", "softmax", {

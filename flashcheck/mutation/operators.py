@@ -213,6 +213,6 @@ OPERATORS: dict[str, Callable[[ast.AST, Seg, dict], list[Edit]]] = {
 
 
 # Operators whose mutants only a GPU run can kill: int32 offsets overflow only past 2^31 elements
-# (or strides), tensors the interpreter cannot hold; the GPU tests (tests/test_softmax_gpu.py
+# (or strides), tensors the interpreter cannot hold; the GPU tests (flashcheck/suite/test_softmax_gpu.py
 # test_more_than_2_31_elements, test_strides_past_2_31) are the ones that can see them.
 GPU_ONLY_OPERATORS = ("narrow_int64",)

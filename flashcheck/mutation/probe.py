@@ -44,7 +44,7 @@ def _install_from_env() -> dict[str, Any] | None:
 
 
 # Loaded with `-p flashcheck.mutation.probe`: pytest imports plugins before any conftest, so the hook is in
-# place before tests/conftest.py imports the kernels.
+# place before the suite's conftest imports the kernels.
 _ACTIVE = _install_from_env()
 
 

@@ -57,7 +57,7 @@ def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triag
         c[1] += m.key in results
     out += [f"Mutants generated: {gen_total}; run: {len(rows)}; GPU-only, not run under the interpreter: "
             f"{len(gpu)} ({', '.join(GPU_ONLY_OPERATORS)}: int32 offsets only overflow past 2^31 elements; "
-            "tests/test_softmax_gpu.py is where they can die).", "",
+            "flashcheck/suite/test_softmax_gpu.py is where they can die).", "",
             "Generated / run per function: " + "; ".join(f"{k} {v[1]}/{v[0]}" for k, v in sorted(per_mod.items())) + ".",
             ""]
     out += ["## Score per kernel", "",

@@ -13,7 +13,7 @@ launch configuration, and an `out=` view whose strides are ignored.
 Every public attribute below is a plain `fn(x)` (with a `flashcheck` dict when it declares launch
 configurations) that validates its input like a production kernel, so the suite catches the bug,
 not a missing TypeError. Run one with
-`pytest --kernel tests/zoo/softmax_bugs.py:NAME --family softmax -x`.
+`pytest --kernel flashcheck/suite/zoo/softmax_bugs.py:NAME --family softmax -x`.
 
 Three entries are GPU-only (`ZooKernel.gpu_only` gives the reason; tests/test_zoo.py skips them
 under the interpreter and the CPU kill matrix leaves them out): int32 offset overflow (xformers
@@ -35,7 +35,7 @@ from flashcheck import kernels  # noqa: F401  (the interpreter switch, before tr
 from flashcheck.kernels import DEVICE
 from flashcheck.kernels._common import LOG2E, bf16_as_bits, check_float, check_out, kernel_view, load_f32, store_f32, tl, triton
 from flashcheck.kernels.attention import _round_bf16_in_f32
-from flashcheck.tests.zoo import ZooKernel
+from flashcheck.suite.zoo import ZooKernel
 
 _LOG2E = tl.constexpr(LOG2E)
 

@@ -3,10 +3,11 @@
 They exist to measure the suite: every one must be caught by the default (ci) suite, run as an
 external kernel, e.g.
 
-    pytest --kernel tests/zoo/softmax_bugs.py:online_rescale_nan --family softmax -x
+    pytest --kernel flashcheck/suite/zoo/softmax_bugs.py:online_rescale_nan --family softmax -x
 
 (`python -m flashcheck.reports --kill-matrix` runs them all, `tests/test_zoo.py` asserts it). They are never
-registered in `kernels/` and nothing in the production code imports them.
+registered in `kernels/`; only the kill matrix (`reports/kill_matrix.py`) and the self-tests import
+them.
 
 Each module lists its kernels in `ZOO`: name -> `ZooKernel` (the broken function, the same code
 with the bug switched off, the bug class, the real-world references and one input that triggers
@@ -16,6 +17,7 @@ right, so a kill is the bug's doing and not an unrelated defect of the zoo kerne
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -48,5 +50,9 @@ def zoo(family: str | None = None, *, runnable: bool = False) -> list[ZooKernel]
 
 
 def module_path(z: ZooKernel) -> str:
-    """The FILE.py path (relative to the repository root) that `--kernel` takes."""
-    return f"tests/zoo/{'softmax' if z.family == 'softmax' else 'attention'}_bugs.py"
+    """The FILE.py path that `--kernel` takes, relative to `flashcheck.HOME` (the repository root in a
+    checkout)."""
+    from flashcheck import HOME
+
+    here = Path(__file__).resolve().parent
+    return str((here / f"{'softmax' if z.family == 'softmax' else 'attention'}_bugs.py").relative_to(HOME))
