@@ -303,10 +303,35 @@ def _import_file(path: Path) -> Any:
     except _ExitAtImport as e:
         sys.modules.pop(name, None)
         raise KernelLoadError(f"kernel file {path}: importing it called {e}") from None
+    except ImportError as e:
+        sys.modules.pop(name, None)
+        package = _package_of(path) if "no known parent package" in str(e) else None
+        if package is None:
+            raise KernelLoadError(f"kernel file {path}: importing it raised {type(e).__name__}: {e}") from None
+        return _import_module(package)  # a module of a package, with relative imports: import it as one
     except (Exception, SystemExit) as e:  # sys.exit(0) at import must not end a check green
         sys.modules.pop(name, None)
         raise KernelLoadError(f"kernel file {path}: importing it raised {type(e).__name__}: {e}") from None
     return module
+
+
+def _package_of(path: Path) -> str | None:
+    """The dotted name of a file inside a package (folders with __init__.py), its root put on the
+    path; this checkout's own folders are flashcheck's (kernels/softmax.py is flashcheck.kernels.softmax)."""
+    from flashcheck import HOME
+
+    parts, folder = [path.stem], path.parent
+    while (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    if len(parts) == 1:
+        return None
+    if folder == HOME and importlib.util.find_spec(f"flashcheck.{parts[0]}") is not None:
+        return ".".join(["flashcheck", *parts])
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH")) if p)
+    return ".".join(parts)
 
 
 def _from_working_folder(dotted: str) -> None:

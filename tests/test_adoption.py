@@ -187,3 +187,24 @@ def test_declarations_that_exclude_every_draw_skip_naming_them(kernels: Path) ->
     assert "declarations (--kernel-cap head_dims=128, --kernel-cap square_only=true" in out
     assert "exclude every input this test draws" in out
     assert "NOTHING WAS CHECKED" in out and p.returncode == 5, out[-2000:]
+
+
+def test_a_file_of_a_package_with_relative_imports_loads(tmp_path: Path) -> None:
+    """`flashcheck check kernels/softmax.py:softmax_row` (and any package module using `from .x
+    import`) failed: 'attempted relative import with no known parent package'."""
+    pkg = tmp_path / "mykernels"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "_impl.py").write_text("import torch\n\ndef softmax(x):\n    return torch.softmax(x.double(), -1).to(x.dtype)\n")
+    (pkg / "api.py").write_text("from ._impl import softmax\n")
+    spec = load_kernel(f"{pkg / 'api.py'}:softmax", "softmax")
+    x = torch.randn(2, 5)
+    assert torch.equal(spec.fn(x), torch.softmax(x.double(), -1).float())
+    from flashcheck import HOME
+
+    own = HOME / "kernels" / "softmax.py"
+    if own.is_file():  # a checkout: its own folders are flashcheck's, not a second copy of them
+        import importlib
+
+        ks = importlib.import_module("flashcheck.kernels.softmax")  # the package re-exports a `softmax` function
+        assert load_kernel(f"{own}:softmax_row", "softmax").fn.__module__ == ks.softmax_row.__module__
