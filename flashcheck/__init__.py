@@ -33,7 +33,6 @@ IMPORT_ROOT: Path = _HERE.parent
 SUITE: Path = _HERE / "suite"
 
 
-FAMILIES = ("softmax", "attention")
 #: Where fixtures go when no folder is named and the run is not flashcheck's own suite (an external
 #: kernel's author's repository, not flashcheck's).
 LOCAL_FIXTURE_DIR = "flashcheck-regressions"
@@ -41,6 +40,8 @@ LOCAL_FIXTURE_DIR = "flashcheck-regressions"
 
 def suite_paths(family: str | None = None) -> list[str]:
     """The suite's test files for a family (every family when None), replays included."""
-    families = [family] if family else list(FAMILIES)
-    files = sorted({str(p) for f in families for p in SUITE.glob(f"test_{f}*.py")})
+    from flashcheck import families as registry  # the family records (flashcheck/families.py)
+
+    records = [registry.get(family)] if family else list(registry.FAMILY_RECORDS.values())
+    files = sorted({p for f in records for p in f.suite_files()})
     return files + [str(SUITE / "test_regressions.py")]

@@ -21,11 +21,10 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from flashcheck import exitcodes
+from flashcheck import exitcodes, families
 from flashcheck.isolation import DEFAULT_TASK_TIMEOUT
 
 __doc__ = f"{__doc__.strip()}\n\n{exitcodes.TABLE}"
-FAMILIES = ("softmax", "attention")
 
 
 def _capabilities() -> dict:
@@ -44,7 +43,7 @@ def _check(argv: Sequence[str]) -> int:
                "  -n auto, -x, -k EXPR, --hypothesis-profile NAME.\nCapability keys:\n"
                + "\n".join(f"  {k:16s} {v[3]}" for k, v in _capabilities().items()) + "\n\n" + exitcodes.TABLE)
     p.add_argument("target", help="FILE.py:FUNCTION, package.module:FUNCTION or a registered kernel name")
-    p.add_argument("--family", choices=FAMILIES, help="which suite (inferred for registered kernels and KernelSpecs)")
+    p.add_argument("--family", choices=families.names(), help="which suite (inferred for registered kernels and KernelSpecs)")
     ns, rest = p.parse_known_args(argv)
     family = ns.family
     # Load once here: a bad target is one line now, not an INTERNALERROR inside pytest, and a
@@ -148,7 +147,7 @@ def _replay(argv: Sequence[str]) -> int:
     p.add_argument("--kernel", help="the kernel to check (FILE.py:FUNCTION, package.module:FUNCTION or a "
                                      "registered name); a fixture file named here is replayed against it "
                                      "even if it was recorded for another")
-    p.add_argument("--family", choices=FAMILIES, help="the family of a plain --kernel function "
+    p.add_argument("--family", choices=families.names(), help="the family of a plain --kernel function "
                                                       "(default: the fixtures')")
     p.add_argument("--timeout", type=exitcodes.seconds, default=DEFAULT_TASK_TIMEOUT, metavar="S",
                    help=f"seconds per fixture before its kernel counts as hung (default {DEFAULT_TASK_TIMEOUT:g})")

@@ -24,7 +24,8 @@ import torch
 
 from flashcheck import signature
 from flashcheck.fixtures import target_identity
-from flashcheck.kernels.registry import FAMILIES, REGISTRY, KernelSpec
+from flashcheck.families import names as family_names
+from flashcheck.kernels.registry import REGISTRY, KernelSpec
 from flashcheck.oracles.formats import BY_NAME
 
 
@@ -132,22 +133,23 @@ def _callable(v: Any) -> Callable:
     return v
 
 
+ALL_FAMILIES = family_names()  # a capability every registered family takes
 #: Capability key -> (KernelSpec field, converter, families it applies to, help).
 CAPABILITIES: dict[str, tuple[str, Callable[[Any], Any], tuple[str, ...], str]] = {
-    "dtypes": ("dtypes", _dtypes, FAMILIES, "dtypes it takes: fp16, bf16, fp32"),
-    "min_n": ("min_n", _positive_int, FAMILIES, "shortest row (softmax) or key count (attention)"),
-    "max_n": ("max_n", _positive_int, FAMILIES, "longest row (softmax) or key count (attention)"),
-    "sizes": ("sizes", _ints, FAMILIES, "sizes that matter to it (tiles, dispatch thresholds): "
+    "dtypes": ("dtypes", _dtypes, ALL_FAMILIES, "dtypes it takes: fp16, bf16, fp32"),
+    "min_n": ("min_n", _positive_int, ALL_FAMILIES, "shortest row (softmax) or key count (attention)"),
+    "max_n": ("max_n", _positive_int, ALL_FAMILIES, "longest row (softmax) or key count (attention)"),
+    "sizes": ("sizes", _ints, ALL_FAMILIES, "sizes that matter to it (tiles, dispatch thresholds): "
                                         "row/key lengths are drawn just below, at and above them"),
     "depth": ("depth", _callable, ("softmax",), "depth(n): its summation depth for a row of n"),
-    "validates_input": ("validates_input", _validation, FAMILIES,
+    "validates_input": ("validates_input", _validation, ALL_FAMILIES,
                         "it raises on bad input (dtype, rank, device, size): the bad-input tests run; "
                         "true: any exception, \"typed\": TypeError for dtypes, ValueError for the rest"),
-    "contiguous_only": ("contiguous_only", _bool, FAMILIES, "it takes contiguous inputs only"),
+    "contiguous_only": ("contiguous_only", _bool, ALL_FAMILIES, "it takes contiguous inputs only"),
     "out": ("takes_out", _bool, ("softmax",), "it accepts out= (guard-band tests run)"),
     "shift_exact": ("shift_exact", _bool, ("softmax",), "exact shifts give identical bits"),
-    "configs": ("configs", _configs, FAMILIES, "launch kwargs that must give identical bits"),
-    "tunings": ("tunings", _configs, FAMILIES, "launch kwargs that may change bits within the bound"),
+    "configs": ("configs", _configs, ALL_FAMILIES, "launch kwargs that must give identical bits"),
+    "tunings": ("tunings", _configs, ALL_FAMILIES, "launch kwargs that may change bits within the bound"),
     "head_dims": ("head_dims", _head_dims, ("attention",), "head dims it takes (list or predicate)"),
     "max_head_dim": ("max_head_dim", _positive_int, ("attention",), "largest head dim"),
     "square_only": ("square_only", _bool, ("attention",), "M = N only"),
@@ -169,7 +171,7 @@ CAPABILITIES: dict[str, tuple[str, Callable[[Any], Any], tuple[str, ...], str]] 
         ("window", "window=(left, right)"), ("softcap", "softcap=c"), ("lse", "return_lse=True gives (o, lse)"),
         ("attn_mask", "attn_mask= (bool or float bias)"), ("splits", "num_splits="),
         ("varlen", "a packed entry point, given as varlen_fn"))},
-    "max_numel": ("extra.max_numel", _positive_int, FAMILIES,
+    "max_numel": ("extra.max_numel", _positive_int, ALL_FAMILIES,
                   "most elements of any one input tensor it takes (grid, 32-bit offset or memory limits)"),
     "fp32_dot": ("extra.fp32_dot", _choice("ieee", "tf32"), ("attention",),
                  "how its matmuls read fp32 operands: ieee (exact products) or tf32 (tl.dot's default: 10 "
@@ -392,8 +394,8 @@ def load_kernel(target: str, family: str | None = None, *, overrides: Mapping[st
     family: required for a plain function, checked against a KernelSpec's. overrides: capability
     declarations that replace the function's own `flashcheck` dict entries (command-line flags).
     """
-    if family is not None and family not in FAMILIES:
-        raise KernelLoadError(f"--family {family!r}: expected one of {', '.join(FAMILIES)}")
+    if family is not None and family not in family_names():
+        raise KernelLoadError(f"--family {family!r}: expected one of {', '.join(family_names())}")
     if ":" not in target:
         for s in REGISTRY:
             if s.name == target:
@@ -419,7 +421,7 @@ def load_kernel(target: str, family: str | None = None, *, overrides: Mapping[st
         raise KernelLoadError(f"kernel {label}:{attr} is {type(obj).__name__}, not callable")
     if family is None:
         raise KernelLoadError(f"kernel {label}:{attr}: say which suite runs with --family "
-                              f"({', '.join(FAMILIES)})")
+                              f"({', '.join(family_names())})")
     caps = getattr(obj, "flashcheck", None) or {}
     if not isinstance(caps, Mapping):
         raise KernelLoadError(f"kernel {label}:{attr}: its `flashcheck` attribute is "

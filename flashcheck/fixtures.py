@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from flashcheck import FAMILIES, LOCAL_FIXTURE_DIR, SUITE, atomic
+from flashcheck import LOCAL_FIXTURE_DIR, SUITE, atomic, families
 
 FIXTURE_FORMAT = 2  # 2: the kernel's identity (format 1 named it by file stem only)
 #: flashcheck's own committed fixtures; written only when the suite's opt-in is on (SUITE_ENV).
@@ -363,8 +363,8 @@ def read_fixture(path: Path | str) -> dict[str, Any]:
         for key in ("identity", "target", "label"):
             if payload.get(key) is not None and not isinstance(payload[key], str):
                 raise FixtureError(f"{key} is {type(payload[key]).__name__}, not a string")
-        if payload.get("family") not in FAMILIES:
-            raise FixtureError(f"family is {payload.get('family')!r}, not one of {', '.join(FAMILIES)}")
+        if payload.get("family") not in families.names():
+            raise FixtureError(f"family is {payload.get('family')!r}, not one of {', '.join(families.names())}")
         _check_kwargs(payload.get("kwargs"))
         tensors = payload.get("tensors")
         if not isinstance(tensors, dict) or not tensors:

@@ -32,9 +32,12 @@ class KernelLimit(RuntimeError):
 def _sizes(spec: Any, tensors: dict[str, torch.Tensor]) -> dict[str, int]:
     ts = [t for t in tensors.values() if isinstance(t, torch.Tensor)]
     out = {"numel": max((t.numel() for t in ts), default=0)}
-    main = tensors.get("x") if spec.family == "softmax" else tensors.get("k")
+    from flashcheck.families import get
+
+    family = get(spec.family)  # its record names the input whose length a limit names, and the axis
+    main = tensors.get(family.length_input)
     if main is not None and main.dim() >= 1:
-        out["n"] = int(main.shape[-2] if spec.family == "attention" and main.dim() >= 2 else main.shape[-1])
+        out["n"] = int(main.shape[family.length_axis] if main.dim() >= -family.length_axis else main.shape[-1])
     if spec.family == "attention" and tensors.get("q") is not None:
         out["d"] = int(tensors["q"].shape[-1])
     return out

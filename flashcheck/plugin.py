@@ -18,7 +18,7 @@ import pytest
 if TYPE_CHECKING:
     from flashcheck.kernels.registry import KernelSpec
 
-from flashcheck import FAMILIES, LOCAL_FIXTURE_DIR as EXTERNAL_FIXTURE_DIR, suite_paths
+from flashcheck import LOCAL_FIXTURE_DIR as EXTERNAL_FIXTURE_DIR, families, suite_paths
 
 _ACTIVE_KEY = pytest.StashKey[bool]()
 
@@ -28,7 +28,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--kernel", dest="flashcheck_kernel", default=None, metavar="TARGET",
                 help="check this kernel (FILE.py:FUNCTION, package.module:FUNCTION or a registered name) "
                      "instead of the registered ones; with no test paths, runs the family's suite")
-    g.addoption("--family", dest="flashcheck_family", default=None, choices=FAMILIES,
+    g.addoption("--family", dest="flashcheck_family", default=None, choices=families.names(),
                 help="the kernel family: which suite runs (required with a plain function)")
     g.addoption("--kernel-dtypes", dest="flashcheck_dtypes", default=None, metavar="fp16,bf16,fp32",
                 help="dtypes the kernel supports (overrides its `flashcheck` dict)")
@@ -253,7 +253,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Family markers; with --kernel or --family, only the family's kernel tests run."""
     for item in items:
         family = getattr(getattr(item, "module", None), "FAMILY", None)
-        if family in FAMILIES:
+        if family in families.names():
             item.add_marker(family)
     if not config.stash.get(_ACTIVE_KEY, False):
         return

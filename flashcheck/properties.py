@@ -232,7 +232,9 @@ def load_properties() -> None:
     """Import every family's properties (they register themselves with `prop`)."""
     import importlib
 
-    for module in ("flashcheck.properties_softmax", "flashcheck.properties_attention"):
+    from flashcheck.families import FAMILY_RECORDS
+
+    for module in (f.properties for f in FAMILY_RECORDS.values()):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as e:

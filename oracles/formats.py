@@ -46,6 +46,10 @@ BF16 = Format("bf16", torch.bfloat16, 8, -126, 127)
 FP32 = Format("fp32", torch.float32, 24, -126, 127)
 FORMATS: dict[torch.dtype, Format] = {f.torch_dtype: f for f in (FP16, BF16, FP32)}
 BY_NAME: dict[str, Format] = {f.name: f for f in (FP16, BF16, FP32)}
+#: The float dtypes flashcheck checks, narrowest first: read this, never a literal list (kernels/ keeps
+#: its own copies, `_common.FLOAT_DTYPES` and `registry.ALL_DTYPES`: it may not import the oracles' torch
+#: types table without changing the digest the GPU lane's record is tied to).
+FLOAT_DTYPES: tuple[torch.dtype, ...] = tuple(FORMATS)
 
 
 def format_of(dtype: torch.dtype | str | Format) -> Format:

@@ -18,9 +18,10 @@ import numpy as np
 import torch
 
 from flashcheck.kernels.registry import KernelSpec
+from flashcheck.oracles.attention import AttentionOracle, attention_oracle, compare_attention
+from flashcheck.oracles.formats import Format, ulp_of
 from flashcheck.properties_attention import blocking, fp32_dot
-from flashcheck.oracles.attention import AttentionOracle, attention_oracle, compare_attention, effective_scale
-from flashcheck.oracles.formats import Format, to_float64, ulp_of
+from flashcheck.sdpa import sdpa_backends, sdpa_error_ratio, sdpa_output
 from flashcheck.strategies.attention import CLASSES, case_inputs, is_varlen, varlen_inputs, varlen_sequences
 from flashcheck.strategies.case import Case
 
@@ -134,52 +135,10 @@ def measure(spec: KernelSpec, p: Prepared, out: torch.Tensor) -> Measurement:
                        features={"n": np.broadcast_to(n, y.shape), "cond": np.broadcast_to(cond, y.shape)})
 
 
-def sdpa_output(q, k, v, *, causal=False, scale=None, kv_lens=None, backend=None) -> torch.Tensor:
-    """torch SDPA on the same tensors, device and dtype, with the same scale value and masks;
-    `backend` (a torch.nn.attention.SDPBackend) forces one backend, which may refuse the case."""
-    B, H, M, D = q.shape
-    N = k.shape[2]
-    sc = effective_scale(scale, D)
-    mask = None
-    if kv_lens is not None or (causal and M != N):
-        j = torch.arange(N, device=q.device)
-        lens = kv_lens.to(q.device).long() if kv_lens is not None else torch.full((B,), N, device=q.device)
-        mask = (j[None, :] < lens[:, None])[:, None, None, :].expand(B, 1, M, N)
-        if causal:
-            mask = mask & (j[None, :] <= torch.arange(M, device=q.device)[:, None])[None, None]
-        causal = False
-    # Fresh contiguous copies (same values, new aligned storage): on the H200 an fp32 SDPA call on
-    # views with odd storage offsets died with "misaligned address" (mem-efficient backend, as far
-    # as we can tell), which poisons the CUDA context for the rest of the process.
-    q, k, v = (t.clone(memory_format=torch.contiguous_format) for t in (q, k, v))
-
-    def run() -> torch.Tensor:
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=bool(causal),
-                                                                scale=sc)
-    if backend is None:
-        return run()
-    from torch.nn.attention import sdpa_kernel
-
-    with sdpa_kernel([backend]):
-        return run()
-
-
 def _sdpa_fn(backend):
     def fn(q, k, v, **kw):
         return sdpa_output(q, k, v, backend=backend, **kw)
     return fn
-
-
-def sdpa_backends() -> list[tuple[str, Any]]:
-    """The SDPA backends worth comparing on this device: math on CPU; on a GPU every backend
-    (each takes the cases it accepts: the others are reported as not applicable)."""
-    from torch.nn.attention import SDPBackend
-
-    if not torch.cuda.is_available():
-        return [("math", SDPBackend.MATH)]
-    names = [("math", "MATH"), ("flash", "FLASH_ATTENTION"), ("efficient", "EFFICIENT_ATTENTION"),
-             ("cudnn", "CUDNN_ATTENTION")]
-    return [(n, getattr(SDPBackend, a)) for n, a in names if hasattr(SDPBackend, a)]
 
 
 def baselines() -> list[KernelSpec]:
@@ -187,19 +146,6 @@ def baselines() -> list[KernelSpec]:
     return [KernelSpec(name=f"sdpa.{name}", family=FAMILY, fn=_sdpa_fn(b), external=True,
                        description=f"torch scaled_dot_product_attention, {name} backend (baseline, not judged)",
                        extra={"baseline": True}) for name, b in sdpa_backends()]
-
-
-def sdpa_error_ratio(out: torch.Tensor, sdpa: torch.Tensor, oracle: AttentionOracle) -> float | None:
-    """max |ours - oracle| / max |sdpa - oracle| over elements where the oracle is an ordinary
-    value and both outputs are finite. None when both errors are 0; inf when only SDPA's is."""
-    y, s, r = to_float64(out), to_float64(sdpa), oracle.out
-    ok = ~oracle.special & np.isfinite(r) & np.isfinite(y) & np.isfinite(s)
-    if not ok.any():
-        return None
-    ours, theirs = float(np.abs(y - r)[ok].max()), float(np.abs(s - r)[ok].max())
-    if theirs == 0.0:
-        return None if ours == 0.0 else float("inf")
-    return ours / theirs
 
 
 __all__ = ["FAMILY", "FEATURES", "UNITS", "class_names", "strategies", "prepare", "supports", "call", "measure", "baselines",

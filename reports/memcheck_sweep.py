@@ -19,15 +19,17 @@ import argparse
 import sys
 from typing import Callable, Iterator
 
+import importlib
+
 import torch
 
-import importlib
+from flashcheck.oracles.formats import FLOAT_DTYPES
 
 # flashcheck.kernels re-exports the functions `softmax` and `attention`: import the modules.
 A = importlib.import_module("flashcheck.kernels.attention")
 S = importlib.import_module("flashcheck.kernels.softmax")
 
-DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+DTYPES = FLOAT_DTYPES
 BIG_STRIDE = 2**31 + 64  # elements: in-tile offsets computed in int32 would wrap
 
 

@@ -20,11 +20,10 @@ from ._stats import Accumulator
 
 
 def family_module(family: str):
-    if family == "softmax":
-        from . import softmax as mod
-    else:
-        from . import attention as mod
-    return mod
+    """The family's report module, as its record (flashcheck/families.py) names it."""
+    from flashcheck import families
+
+    return families.get(family).module("report")
 
 
 class Progress:

@@ -28,6 +28,7 @@ from flashcheck.oracles.formats import FP16, Format, format_of
 
 from .case import Case
 from .floats import representable
+from .records import StrategyClass, by_name
 
 LAYOUTS = ("bhsd", "bshd", "padded", "dstep")
 ODD_HEAD_DIMS = (1, 2, 3, 5, 7, 13, 40, 59, 72, 80, 96, 111, 160, 192, 255, 256)
@@ -699,37 +700,40 @@ def varlen_batches(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, ma
     return Case(tensors=tensors, kwargs=kwargs, label=f"varlen_batches/{nseq}seq/{layout}")
 
 
-CLASSES = {
-    "benign": benign_attention,
-    "wide_logit_spread": wide_logit_spread,
-    "fp16_overflowing_scores": fp16_overflowing_scores,
-    "odd_head_dims": odd_head_dims,
-    "ragged_lengths": ragged_lengths,
-    "kv_lens_edges": kv_lens_edges,
-    "causal_rectangular": causal_rectangular,
-    "fully_masked_rows": fully_masked_rows,
-    "nan_in_hidden_kv": nan_in_hidden_kv,
-    "nan_in_visible_kv": nan_in_visible_kv,
-    "strided_layouts": strided_layouts,
-    "tied_scores": tied_scores,
-    "gqa_groups": gqa_groups,
-    "window_edges": window_edges,
-    "softcap_extremes": softcap_extremes,
-    "attn_masks": attn_masks,
-    "split_kv": split_kv,
-    "large_values_many_keys": large_values_many_keys,
-    "long_near_equal_scores": long_near_equal_scores,
-    "varlen_batches": varlen_batches,
-}
-# Classes that draw a feature a kernel may not have (KernelSpec.has); the others need none.
-CLASS_FEATURES: dict[str, frozenset] = {
-    "gqa_groups": frozenset({"gqa"}), "window_edges": frozenset({"window"}),
-    "softcap_extremes": frozenset({"softcap"}), "attn_masks": frozenset({"attn_mask"}),
-    "split_kv": frozenset({"splits"}), "varlen_batches": frozenset({"varlen"}),
-}
-FEATURE_AWARE = frozenset(CLASS_FEATURES) | {"large_values_many_keys", "long_near_equal_scores"}
-# Not in the union that metamorphic tests draw from: packed tensors, or rows too long for them.
-NOT_IN_UNION = frozenset({"varlen_batches", "long_near_equal_scores"})
+# The classes as records (strategies/records.py), in the order the union draws them (keep it:
+# Hypothesis's draws depend on it). `needs`: the kernel features a class draws (KernelSpec.has);
+# `caps_aware`: it takes the kernel's capabilities; not `in_union`: packed tensors or rows too long
+# for the metamorphic tests; `shape_by_design`: M != N, odd head dims, one query row against
+# thousands of keys, packed varlen batches (a square, pow2-head kernel never takes those).
+_C = StrategyClass
+CLASS_RECORDS: tuple[StrategyClass, ...] = (
+    _C("benign", benign_attention),
+    _C("wide_logit_spread", wide_logit_spread),
+    _C("fp16_overflowing_scores", fp16_overflowing_scores),
+    _C("odd_head_dims", odd_head_dims, shape_by_design=True),
+    _C("ragged_lengths", ragged_lengths, shape_by_design=True),
+    _C("kv_lens_edges", kv_lens_edges),
+    _C("causal_rectangular", causal_rectangular, shape_by_design=True),
+    _C("fully_masked_rows", fully_masked_rows),
+    _C("nan_in_hidden_kv", nan_in_hidden_kv),
+    _C("nan_in_visible_kv", nan_in_visible_kv),
+    _C("strided_layouts", strided_layouts),
+    _C("tied_scores", tied_scores),
+    _C("gqa_groups", gqa_groups, frozenset({"gqa"}), caps_aware=True),
+    _C("window_edges", window_edges, frozenset({"window"}), caps_aware=True),
+    _C("softcap_extremes", softcap_extremes, frozenset({"softcap"}), caps_aware=True),
+    _C("attn_masks", attn_masks, frozenset({"attn_mask"}), caps_aware=True),
+    _C("split_kv", split_kv, frozenset({"splits"}), caps_aware=True),
+    _C("large_values_many_keys", large_values_many_keys, caps_aware=True),
+    _C("long_near_equal_scores", long_near_equal_scores, caps_aware=True, in_union=False, shape_by_design=True),
+    _C("varlen_batches", varlen_batches, frozenset({"varlen"}), caps_aware=True, in_union=False, shape_by_design=True),
+)
+# Views of the records, for the callers that read them by name.
+CLASSES = by_name(CLASS_RECORDS)
+CLASS_FEATURES: dict[str, frozenset] = {r.name: r.needs for r in CLASS_RECORDS if r.needs}
+FEATURE_AWARE = frozenset(r.name for r in CLASS_RECORDS if r.caps_aware)
+NOT_IN_UNION = frozenset(r.name for r in CLASS_RECORDS if not r.in_union)
+SHAPE_BY_DESIGN = frozenset(r.name for r in CLASS_RECORDS if r.shape_by_design)
 
 
 def classes_for(caps: Caps) -> tuple[str, ...]:

@@ -19,11 +19,6 @@ STANDING = {
     ("kernels/_runtime.py", "flashcheck"),
     # the registry wraps every spec's kernel in the engine's GPU-fault guard (flashcheck.faults)
     ("kernels/registry.py", "flashcheck"),
-    # the suite's SDPA error-ratio test measures with the attention report's helpers
-    ("flashcheck/suite/test_attention.py", "reports"),
-    # the attention classes' reachability test reads the feature table of tests/test_strategies.py
-    # (the strategy classes become records in issue 22 item 4)
-    ("flashcheck/suite/test_attention.py", "tests"),
 }
 
 

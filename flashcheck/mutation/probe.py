@@ -77,9 +77,10 @@ def _softmax_probe_inputs() -> Iterator[tuple[str, Any]]:
     import torch
 
     from flashcheck.kernels import DEVICE
+    from flashcheck.oracles.formats import FLOAT_DTYPES
 
     rng = np.random.default_rng(12)
-    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+    for dtype in FLOAT_DTYPES:
         for n in (1, 7, 64, 65, 129, 300, 1025, 2500):
             rows = [rng.standard_normal(n) * 3, rng.standard_normal(n) * 0.01 + np.eye(1, n, n // 2)[0] * 20,
                     np.full(n, -np.inf), rng.standard_normal(n) - 1e4 * (dtype != torch.float16),
@@ -107,13 +108,14 @@ def _attention_probe_inputs() -> Iterator[tuple[str, dict[str, Any]]]:
     import torch
 
     from flashcheck.kernels import DEVICE
+    from flashcheck.oracles.formats import FLOAT_DTYPES
 
     g = torch.Generator().manual_seed(12)
 
     def rnd(*shape: int, dtype: torch.dtype, s: float = 1.0) -> torch.Tensor:
         return (torch.randn(*shape, generator=g) * s).to(dtype).to(DEVICE)
 
-    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+    for dtype in FLOAT_DTYPES:
         for (b, h, m, n, d) in ((1, 2, 5, 7, 16), (2, 1, 40, 70, 64), (1, 1, 33, 100, 24)):
             q, k, v = (rnd(b, h, s, d, dtype=dtype) for s in (m, n, n))
             yield f"{dtype} {(b, h, m, n, d)}", dict(q=q, k=k, v=v)

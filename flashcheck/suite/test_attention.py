@@ -31,11 +31,12 @@ from flashcheck.oracles.formats import format_of, to_float64
 from flashcheck.properties_attention import (
     CORE_PROPERTIES, METAMORPHIC_PROPERTIES, VARLEN_PROPERTIES, fit_to_declarations, outcome,
 )
-from flashcheck.reports.attention import sdpa_error_ratio, sdpa_output
+from flashcheck.sdpa import sdpa_error_ratio, sdpa_output
 from flashcheck.strategies.attention import (
     CLASS_FEATURES, CLASSES, LAYOUTS, ODD_HEAD_DIMS, Caps, Shapes, attention_cases, case_inputs, class_strategy,
     is_varlen,
 )
+from flashcheck.strategies.attention_features import FEATURES as ATTENTION_FEATURES
 from flashcheck.strategies.sample import draw_examples
 
 FAMILY = "attention"
@@ -242,21 +243,13 @@ REACHES = {
     and any(_is_bshd(c.tensors["q"]) for c in cs),
     "tied_scores": lambda cs: True,
 }
-# The feature classes: what the ci reachability test requires of them, on 30 default draws.
+# The feature classes: what the ci reachability test requires of them (the strategies' own feature
+# table, strategies/attention_features.py), on 30 default draws.
 for _cls in ("gqa_groups", "window_edges", "softcap_extremes", "attn_masks", "split_kv", "large_values_many_keys",
              "long_near_equal_scores", "varlen_batches"):
     REACHES[_cls] = (lambda cls: lambda cs: all(
         any(f.pred(c, format_of(c.tensors["q"].dtype)) for c in cs)
-        for f in _ts().ATTENTION_FEATURES if f.cls == cls))(_cls)
-
-
-def _ts():
-    # The feature table is the self-tests' (tests/test_strategies.py): a checkout has it, a wheel not.
-    try:
-        from tests import test_strategies
-    except ImportError:
-        pytest.skip("the attention feature table lives in flashcheck's self-tests (tests/test_strategies.py)")
-    return test_strategies
+        for f in ATTENTION_FEATURES if f.cls == cls))(_cls)
 
 
 @pytest.mark.parametrize("cls", sorted(CLASSES))

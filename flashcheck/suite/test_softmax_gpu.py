@@ -17,7 +17,7 @@ from flashcheck.external import declared_as
 from flashcheck.kernels.registry import KernelSpec, get, kernels as registered
 from flashcheck.limits import diagnosed, within_declared_numel
 from flashcheck.oracles.compare import compare_softmax
-from flashcheck.oracles.formats import format_of, to_float64
+from flashcheck.oracles.formats import FLOAT_DTYPES, format_of, to_float64
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.skipif(kernels.INTERPRET, reason="GPU only: rows of 1M-
                                 "tensors over 2^31 elements are out of reach of the Triton interpreter")
 
 FAMILY = "softmax"  # test_past_2_31_elements runs for every active kernel (or --kernel's)
-DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+DTYPES = FLOAT_DTYPES
 
 
 def _adversarial_rows(m: int, n: int, seed: int) -> np.ndarray:

@@ -55,4 +55,4 @@ def module_path(z: ZooKernel) -> str:
     from flashcheck import HOME
 
     here = Path(__file__).resolve().parent
-    return str((here / f"{'softmax' if z.family == 'softmax' else 'attention'}_bugs.py").relative_to(HOME))
+    return str((here / f"{z.family}_bugs.py").relative_to(HOME))

@@ -1,0 +1,95 @@
+"""One declarative record per kernel family, and the one registry of them (issue 22 item 4).
+
+A `Family` names where each of its parts lives; the engine, the plugin, the command line and the
+reports read these records instead of keeping their own family lists or if/else chains over
+family names. Adding a family is one more line in `FAMILY_RECORDS` (README "Adding a family").
+
+The record holds module names, not modules: this file imports nothing heavy (no torch), so the
+command line and `flashcheck/__init__.py` can read the family names cheaply, and a record may name
+a module of a higher layer (its report) without the engine importing it: only `reports/` resolves
+`report` (tests/test_layers.py keeps the engine off reports/).
+
+What the kernel layer keeps (kernels/ is frozen: its digest ties the GPU lane's record):
+`kernels/registry.py` validates `KernelSpec.family` against its own `FAMILIES` tuple, so a new
+family's name must also be added there; tests/test_families.py checks that the two agree.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    #: strategies module: `CLASS_RECORDS` (strategies/records.py StrategyClass rows) and `CLASSES`
+    strategies: str
+    #: properties module: registers the family's properties (`flashcheck.properties.prop`) on import
+    properties: str
+    #: names of the property-name tuples in `properties` (the sets the suite checks together)
+    property_sets: tuple[str, ...]
+    #: "module:function" of the correctly rounded reference, and of the bound the kernel must meet
+    oracle: str
+    bound: str
+    #: the input tensor whose length a size limit names ("x" or "k"), and the axis of that length
+    length_input: str
+    length_axis: int = -1
+    #: the family's stability-report module (reports/), resolved by the report layer only; None:
+    #: no report (`flashcheck report` does not offer the family)
+    report: str | None = None
+    #: the folder holding its suite modules (`test_<name>*.py`); None: flashcheck/suite/
+    suite_dir: str | None = None
+
+    def module(self, part: str) -> ModuleType:
+        """Import one of the record's modules: "strategies", "properties" or "report"."""
+        name = getattr(self, part)
+        if name is None:
+            raise KeyError(f"family {self.name} has no {part} module")
+        return importlib.import_module(name)
+
+    def function(self, part: str) -> Callable[..., Any]:
+        """Resolve "oracle" or "bound" ("module:function") to the function."""
+        mod, _, fn = getattr(self, part).partition(":")
+        return getattr(importlib.import_module(mod), fn)
+
+    def strategy_classes(self) -> tuple[Any, ...]:
+        return tuple(self.module("strategies").CLASS_RECORDS)
+
+    def property_names(self) -> tuple[str, ...]:
+        """Every property in the family's sets, in order, once each."""
+        mod = self.module("properties")
+        return tuple(dict.fromkeys(n for s in self.property_sets for n in getattr(mod, s)))
+
+    def suite_files(self) -> list[str]:
+        from flashcheck import SUITE
+
+        folder = Path(self.suite_dir) if self.suite_dir else SUITE
+        return sorted(str(p) for p in folder.glob(f"test_{self.name}*.py"))
+
+
+FAMILY_RECORDS: dict[str, Family] = {f.name: f for f in (
+    Family("softmax", strategies="flashcheck.strategies.softmax", properties="flashcheck.properties_softmax",
+           property_sets=("CORE_PROPERTIES", "META_PROPERTIES"), report="flashcheck.reports.softmax",
+           oracle="flashcheck.oracles.softmax:softmax_oracle", bound="flashcheck.oracles.bounds:softmax_ulp_bound",
+           length_input="x", length_axis=-1),
+    Family("attention", strategies="flashcheck.strategies.attention", properties="flashcheck.properties_attention",
+           property_sets=("CORE_PROPERTIES", "METAMORPHIC_PROPERTIES", "VARLEN_PROPERTIES"),
+           report="flashcheck.reports.attention", oracle="flashcheck.oracles.attention:attention_oracle",
+           bound="flashcheck.oracles.bounds:attention_error_bound", length_input="k", length_axis=-2),
+)}
+
+
+def names() -> tuple[str, ...]:
+    """The registered families' names, in registry order (read at call time: a family registered
+    after import, as tests/test_families.py does, is seen)."""
+    return tuple(FAMILY_RECORDS)
+
+
+def get(name: str) -> Family:
+    try:
+        return FAMILY_RECORDS[name]
+    except KeyError:
+        raise KeyError(f"no family {name!r}; registered: {', '.join(FAMILY_RECORDS)}") from None
