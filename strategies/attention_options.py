@@ -1,0 +1,238 @@
+"""The attention classes that need a declared feature (NUMERICS.md s. 4 item 14: GQA, windows,
+softcap, attn_mask, split-KV, packed varlen) and the 16-bit accumulator cases of item 13 (large
+values over many keys, long rows of near-equal scores). Each takes the kernel's `Caps` and draws
+nothing it lacks. Re-exported by `flashcheck.strategies.attention`.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from hypothesis import strategies as st
+from hypothesis.strategies import composite
+
+from flashcheck.kernels._runtime import DEVICE
+from flashcheck.oracles.formats import FP16
+
+from .attention_build import (
+    Caps, _align, _bh, _causal, _caps, _declared_dims, _finish, _fmt, _head_dim, _key_len, _lengths, _lim,
+    _maybe_kv_lens, _normal, _Parts, _seed, _value_dim, place,
+)
+from .case import Case
+from .floats import representable
+
+# ---- features (NUMERICS.md s. 4 item 14) and the 16-bit accumulator cases (item 13) -----------
+
+@composite
+def gqa_groups(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None, strided: bool = True,
+               caps: Caps | None = None) -> Case:
+    """Grouped-query attention: groups of 1, 2, 3 (Hq / Hkv not a power of two) and MQA (one kv
+    head for all), with short query lengths not a multiple of any tile, so a tile that packs a
+    group's heads (decode) holds a group boundary (HipKittens PR #22, fla #1029)."""
+    caps, fmt, lim = _caps(caps), _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh, shapes)
+    b = draw(st.integers(1, 2))
+    # Hq / Hkv = 3 first (not a power of two: the mapping bugs show there), then MQA and pairs
+    hkv, g = draw(st.sampled_from([(2, 3), (1, 4), (1, 2), (2, 2), (1, 3), (1, 1), (2, 1)]))
+    hq = hkv * g
+    m = draw(st.sampled_from([1, 3, 5, 7, 13, 17, 33])) if draw(st.booleans()) else draw(_lengths(lim.max_m))
+    m = min(m, lim.max_m)
+    n, d = draw(_key_len(lim, m)), draw(_head_dim(lim))
+    dv = _value_dim(draw, caps, d, lim)
+    rng = np.random.default_rng(draw(_seed()))
+    parts = _Parts(_normal(rng, (b, hq, m, d)), _normal(rng, (b, hkv, n, d)), _normal(rng, (b, hkv, n, dv)),
+                   causal=_causal(draw, caps), kv_lens=_maybe_kv_lens(draw, b, n) if "kv_lens" in caps else None)
+    if parts.causal and len(caps.aligns) > 1:
+        parts.options = {"causal_align": _align(draw, caps)}
+    return _finish(draw, parts, fmt, f"gqa_groups/G{g}/Hkv{hkv}" + ("/dv" if dv != d else ""), strided=strided)
+
+
+WINDOW_EDGES = ("zero", "one", "unlimited", "wider_than_n", "any")
+
+
+@composite
+def window_edges(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None, strided: bool = True,
+                 caps: Caps | None = None) -> Case:
+    """Sliding windows at their edges: left or right 0 and 1, unlimited (-1), wider than N, with
+    both alignments, M > N and M < N; under bottom-right alignment with M > n (and causal or a
+    right edge), the first query rows see no key at all (transformers #39408, FlashAttention #895)."""
+    caps, fmt, lim = _caps(caps), _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh, shapes)
+    b, h = draw(_bh(lim))
+    m = draw(_lengths(lim.max_m))
+    n = draw(_key_len(lim, m))
+    d = draw(_head_dim(lim))
+    square = lim.shapes is not None and lim.shapes.square
+    if len(caps.aligns) > 1 and not square and draw(st.booleans()):  # M > N: rows bottom-right alignment empties
+        m, n = max(m, n), min(m, n)
+        if m == n and m > 1:
+            n = m - 1 - draw(st.integers(0, m - 2))
+
+    def edge():
+        kind = draw(st.sampled_from(WINDOW_EDGES))
+        return {"zero": 0, "one": 1, "unlimited": -1, "wider_than_n": n + draw(st.integers(0, 5)),
+                "any": draw(st.integers(0, max(n, 1)))}[kind]
+
+    left, right = edge(), edge()
+    rng = np.random.default_rng(draw(_seed()))
+    parts = _Parts(_normal(rng, (b, h, m, d)), _normal(rng, (b, h, n, d)), _normal(rng, (b, h, n, d)),
+                   causal=_causal(draw, caps), kv_lens=_maybe_kv_lens(draw, b, n) if "kv_lens" in caps else None)
+    align = _align(draw, caps)
+    parts.options = {"window": [left, right], "causal_align": align}
+    return _finish(draw, parts, fmt, f"window_edges/{align}", strided=strided)
+
+
+@composite
+def softcap_extremes(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None, strided: bool = True,
+                     caps: Caps | None = None) -> Case:
+    """softcap far below the logits (tanh saturates: every large score becomes about +-c, a cap
+    that is not applied shows at once) and far above them (tanh ~ identity: the cap must not
+    cost accuracy) (sgl-kernel-xpu PR #491, unsloth-zoo PR #593)."""
+    caps, fmt, lim = _caps(caps), _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh, shapes)
+    b, h = draw(_bh(lim))
+    m = draw(_lengths(lim.max_m))
+    n = draw(_key_len(lim, m, min_len=2))
+    d = draw(_head_dim(lim))
+    rng = np.random.default_rng(draw(_seed()))
+    where = draw(st.sampled_from(["below", "above", "near"]))
+    if where == "below":  # scaled logits ~ 30-100, cap 0.05 - 5
+        sig, cap = math.sqrt(draw(st.sampled_from([30.0, 100.0]))), draw(st.sampled_from([0.05, 0.5, 5.0]))
+    elif where == "above":
+        sig, cap = 1.0, draw(st.sampled_from([500.0, 5000.0, 30000.0]))
+    else:  # the cap where tanh bends
+        sig, cap = 2.0, draw(st.sampled_from([1.0, 3.0, 10.0]))
+    parts = _Parts(_normal(rng, (b, h, m, d), sig), _normal(rng, (b, h, n, d), sig), _normal(rng, (b, h, n, d)),
+                   causal=_causal(draw, caps), kv_lens=_maybe_kv_lens(draw, b, n) if "kv_lens" in caps else None)
+    parts.options = {"softcap": cap}
+    return _finish(draw, parts, fmt, f"softcap_extremes/{where}", strided=strided)
+
+
+MASK_SHAPES = ("full", "heads_broadcast", "keys_only", "2d", "1d")
+
+
+@composite
+def attn_masks(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None, strided: bool = True,
+               caps: Caps | None = None) -> Case:
+    """SDPA-style attn_mask: boolean (True takes part; one row entirely False gives zeros; an
+    inverted mask shows at once) or an additive float bias (ALiBi slopes, -inf entries), in the
+    shapes that broadcast to (B, Hq, M, N)."""
+    caps, fmt, lim = _caps(caps), _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh, shapes)
+    b, h = draw(_bh(lim))
+    m = draw(_lengths(lim.max_m))
+    n = draw(_key_len(lim, m))
+    d = draw(_head_dim(lim))
+    shape_kind = draw(st.sampled_from(MASK_SHAPES))
+    shape = {"full": (b, h, m, n), "heads_broadcast": (b, 1, m, n), "keys_only": (b, 1, 1, n), "2d": (m, n),
+             "1d": (n,)}[shape_kind]
+    rng = np.random.default_rng(draw(_seed()))
+    kind = draw(st.sampled_from(["bool", "bias"]))
+    if kind == "bool":
+        mask = rng.random(shape) < draw(st.sampled_from([0.2, 0.6, 0.95]))
+        if len(shape) >= 2 and draw(st.booleans()):
+            mask[..., draw(st.integers(0, shape[-2] - 1)), :] = False  # a row that sees nothing
+        mdt = None
+    else:
+        i, j = np.arange(m)[:, None], np.arange(n)[None, :]
+        slope = draw(st.sampled_from([0.0625, 0.5, 4.0]))
+        full = np.broadcast_to(-slope * np.abs(i - j), (m, n)).astype(np.float64)
+        mask = np.broadcast_to(full[tuple(slice(0, s) for s in shape[-2:])] if len(shape) >= 2
+                               else full[0, :shape[-1]], shape).copy()
+        if draw(st.booleans()):
+            mask[rng.random(shape) < 0.3] = -np.inf
+        mdt = draw(st.sampled_from([None, torch.float32]))
+    parts = _Parts(_normal(rng, (b, h, m, d)), _normal(rng, (b, h, n, d)), _normal(rng, (b, h, n, d)),
+                   causal=_causal(draw, caps), kv_lens=_maybe_kv_lens(draw, b, n) if "kv_lens" in caps else None,
+                   mask=mask, mask_dtype=mdt)
+    return _finish(draw, parts, fmt, f"attn_masks/{kind}/{shape_kind}", strided=strided)
+
+
+@composite
+def split_kv(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None, strided: bool = True,
+             caps: Caps | None = None) -> Case:
+    """Split-KV (flash-decoding): 2 to 7 splits, more splits than key blocks, and splits whose
+    keys are all masked (kv_lens or a causal diagonal ending before them): their -inf states must
+    merge into nothing (FlashInfer #4051)."""
+    caps, fmt, lim = _caps(caps), _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh, shapes)
+    b = max(1, min(2, lim.max_bh))
+    h = 1
+    m = draw(st.sampled_from([1, 2, 5])) if draw(st.booleans()) else draw(_lengths(lim.max_m))
+    n, d = draw(_key_len(lim, m, min_len=2)), draw(_head_dim(lim))
+    splits = draw(st.sampled_from([2, 3, 7, 16]))
+    lens = None
+    if "kv_lens" in caps and draw(st.booleans()):
+        lens = [draw(st.integers(0, max(1, n // 3))), draw(st.integers(0, n))][:b]
+    rng = np.random.default_rng(draw(_seed()))
+    parts = _Parts(_normal(rng, (b, h, m, d)), _normal(rng, (b, h, n, d)), _normal(rng, (b, h, n, d)),
+                   causal=_causal(draw, caps), kv_lens=lens)
+    parts.options = {"num_splits": splits}
+    return _finish(draw, parts, fmt, f"split_kv/{splits}", strided=strided)
+
+
+@composite
+def large_values_many_keys(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None,
+                           strided: bool = True, caps: Caps | None = None) -> Case:
+    """Values near fp16's maximum (3e4 - 6.5e4) over many keys of similar weight: a 16-bit
+    accumulator of P @ V overflows (ik_llama.cpp PR #1196). For bf16 and fp32 the values stay
+    at the fp16 scale: near their own maximum the unnormalised fp32 accumulator of every
+    flash-style kernel overflows (N * 3e38), which is the algorithm, not a bug."""
+    fmt, lim = _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh, shapes)
+    square = lim.shapes is not None and lim.shapes.square
+    n = draw(st.sampled_from([x for x in (64, 200, 256) if not square or x <= lim.max_m] or [64]))
+    m = n if square else draw(st.integers(1, min(4, lim.max_m)))
+    d = draw(st.sampled_from(_declared_dims(lim, hi=16) or _declared_dims(lim)[:1] or [4, 8, 16]))
+    rng = np.random.default_rng(draw(_seed()))
+    top = min(fmt.max_finite, FP16.max_finite)
+    v = top * (0.5 + 0.5 * rng.random((1, 1, n, d))) * np.where(rng.random((1, 1, n, d)) < 0.1, -1, 1)
+    parts = _Parts(_normal(rng, (1, 1, m, d), 0.1), _normal(rng, (1, 1, n, d), 0.1), np.minimum(v, top))
+    return _finish(draw, parts, fmt, "large_values_many_keys", strided=strided)
+
+
+@composite
+def long_near_equal_scores(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None,
+                           strided: bool = True, caps: Caps | None = None) -> Case:
+    """One or two query rows against 1024 - 4096 keys of near-equal scores: a 16-bit row sum
+    stalls at 2048 (fp16: 2048 + 1 = 2048), the output drifts. N >= 1024 even under the
+    interpreter: one row, a narrow head, so it stays cheap."""
+    fmt = _fmt(dtype)
+    m = draw(st.integers(1, 2))
+    n = draw(st.sampled_from([1024, 2049, 4096]))
+    d = draw(st.sampled_from([2, 4, 8]))
+    rng = np.random.default_rng(draw(_seed()))
+    q = _normal(rng, (1, 1, m, d), draw(st.sampled_from([0.0, 0.01, 0.1])))
+    parts = _Parts(q, _normal(rng, (1, 1, n, d)), _normal(rng, (1, 1, n, d)) + 1.0)
+    return _finish(draw, parts, fmt, f"long_near_equal_scores/N{n}", strided=strided)
+
+
+VARLEN_LENGTHS = (0, 1, 2, 5, 17, 31, 33, 40)
+
+
+@composite
+def varlen_batches(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None, strided: bool = True,
+                   caps: Caps | None = None) -> Case:
+    """Packed variable-length batches: empty and length-1 sequences beside long ones, totals off
+    any block multiple, GQA, causal with either alignment, windows; each sequence must come out
+    as if alone (FlashInfer #4347, vLLM PR #27547). Tensors q (total_q, Hq, D), k, v
+    (total_k, Hkv, D|Dv), cu_seqlens_q/k int32; kwargs max_seqlen_q/k and the options."""
+    caps, fmt, lim = _caps(caps), _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh, shapes)
+    nseq = draw(st.integers(1, 4))
+    lq = [min(draw(st.sampled_from(VARLEN_LENGTHS)), lim.max_m) for _ in range(nseq)]
+    lk = [min(x if draw(st.booleans()) else draw(st.sampled_from(VARLEN_LENGTHS)), lim.max_n) for x in lq]
+    hkv, g = draw(st.sampled_from([(1, 1), (2, 1), (1, 2), (2, 3)])) if "gqa" in caps else (draw(st.integers(1, 2)), 1)
+    hq = hkv * g
+    d = draw(_head_dim(lim))
+    dv = _value_dim(draw, caps, d, lim)
+    rng = np.random.default_rng(draw(_seed()))
+    tq, tk = sum(lq), sum(lk)
+    q, k, v = _normal(rng, (1, hq, tq, d)), _normal(rng, (1, hkv, tk, d)), _normal(rng, (1, hkv, tk, dv))
+    q, k, v = (representable(a, fmt) for a in (q, k, v))
+    layout = draw(st.sampled_from(["bshd", "padded"])) if strided else "bshd"
+    pad, off = draw(st.integers(1, 9)), draw(st.integers(0, 5))
+    tensors = {name: place(a, fmt, layout, pad=pad, offset=off)[0].transpose(0, 1)
+               for name, a in (("q", q), ("k", k), ("v", v))}
+    cum = lambda ls: torch.tensor(np.concatenate([[0], np.cumsum(ls)]), dtype=torch.int32, device=DEVICE)  # noqa: E731
+    tensors["cu_seqlens_q"], tensors["cu_seqlens_k"] = cum(lq), cum(lk)
+    kwargs = {"max_seqlen_q": max(lq), "max_seqlen_k": max(lk), "causal": _causal(draw, caps), "scale": None}
+    if len(caps.aligns) > 1:
+        kwargs["causal_align"] = _align(draw, caps)
+    if "window" in caps and draw(st.booleans()):
+        kwargs["window"] = [draw(st.sampled_from([-1, 0, 3])), draw(st.sampled_from([-1, 0, 2]))]
+    return Case(tensors=tensors, kwargs=kwargs, label=f"varlen_batches/{nseq}seq/{layout}")
