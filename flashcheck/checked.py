@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from flashcheck.exitcodes import NOTHING_CHECKED
+from flashcheck.fit import nothing_to_draw
 
 _KEY = "flashcheck_checked"
 
@@ -23,15 +24,6 @@ _KEY = "flashcheck_checked"
 def _spec_of(item: pytest.Item) -> Any:
     params = getattr(getattr(item, "callspec", None), "params", {})
     return params.get("spec") or getattr(params.get("fixture"), "spec", None)
-
-
-def nothing_to_draw(spec: Any) -> str:
-    """Why a test of `spec` drew nothing: the declarations that narrowed it."""
-    from flashcheck.external import narrowing
-
-    named = narrowing(spec)
-    what = ", ".join(named) if named else "its declared limits"
-    return f"nothing to check: {spec.name}'s declarations ({what}) exclude every input this test draws"
 
 
 class CheckedTally:

@@ -54,6 +54,7 @@ from flashcheck.fixtures import storage_of, storage_snapshot
 from flashcheck.properties import margin, prop
 from flashcheck.strategies.case import Case
 from flashcheck.kernels.registry import KernelSpec
+from flashcheck.limits import within_declared_numel
 from flashcheck.oracles.bounds import ftz_allowed, softmax_sum_bound, softmax_ulp_bound
 from flashcheck.oracles.compare import Comparison, compare_softmax
 from flashcheck.oracles.formats import Format, format_of, to_float64, ulp_distance
@@ -422,3 +423,10 @@ def nan_guard_invisible(spec: KernelSpec, case: Case) -> None:
     if diff:
         raise AssertionError(f"{spec.name}: the NaN guard data around the view changes the output "
                              f"(vs the same view in zero guard data): {diff}\n  {_where(case)}")
+
+
+def fit_to_declarations(spec: KernelSpec, case: Case) -> Case | None:
+    """The case, if its rows are as long as the kernel declares it needs (min_n) and within its
+    declared max_numel; else None (the suite rejects it: flashcheck.fit.fitted)."""
+    ok = case.tensors["x"].shape[-1] >= spec.min_n and within_declared_numel(spec, case.tensors)
+    return case if ok else None

@@ -13,15 +13,14 @@ sequence run alone.
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import pytest
 import torch
-from hypothesis import assume, given, strategies as st
+from hypothesis import given, strategies as st
 
 from flashcheck import properties_attention as pa
-from flashcheck.checked import nothing_to_draw
+from flashcheck.fit import fitted, nothing_to_draw
 from flashcheck.properties import check
 from flashcheck.strategies.case import Case
 from flashcheck.kernels import DEVICE, INTERPRET
@@ -53,27 +52,15 @@ def _class_strategy(spec: KernelSpec, dtype: torch.dtype, cls: str):
     return class_strategy(cls, dtype=dtype, caps=Caps.of(spec), shapes=Shapes.of(spec), **limits)
 
 
-# Per running test: [cases kept, cases rejected by the kernel's declarations].
-_FIT_COUNTS: dict[str, list[int]] = {}
-# Rejections in a row, with nothing kept, after which a test stops drawing (below Hypothesis's own
-# give-up point, which would fail the test as Unsatisfiable).
-_FIT_GIVE_UP = 150
+# What the draws aim at, for the skip message when a class draws nothing the kernel declares.
+_DRAWS_AIM = "draws aim at declared head dims and square_only, not yet at the other declarations"
 
 
 def _fit(spec: KernelSpec, case: Case) -> Case:
     """Reject a drawn case the kernel's declarations exclude (never call it on one). When a
     class draws nothing the declarations allow (e.g. only N = 128 on a CPU whose draws stay
-    short), the test is skipped saying so, never failed."""
-    fitted = fit_to_declarations(spec, case)
-    counts = _FIT_COUNTS.setdefault(os.environ.get("PYTEST_CURRENT_TEST", ""), [0, 0])
-    if fitted is None:
-        counts[1] += 1
-        if counts[0] == 0 and counts[1] >= _FIT_GIVE_UP:
-            pytest.skip(f"{nothing_to_draw(spec)} ({counts[1]} tries; draws aim at declared head dims and "
-                        f"square_only, not yet at the other declarations)")
-        assume(False)
-    counts[0] += 1
-    return fitted
+    short), the test is skipped saying so, never failed (flashcheck.fit)."""
+    return fitted(spec, case, fit_to_declarations, hint=_DRAWS_AIM)
 
 
 def _fixed_or_skip(spec: KernelSpec, case: Case) -> Case:

@@ -9,16 +9,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import assume, given, strategies as st
+from hypothesis import given, strategies as st
 
 from flashcheck.external import declared_as
 from flashcheck.properties import check_all
 from flashcheck.strategies.case import Case
-from flashcheck.limits import within_declared_numel
+from flashcheck.fit import fitted
 from flashcheck.kernels import DEVICE, INTERPRET
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.oracles.formats import format_of
-from flashcheck.properties_softmax import CORE_PROPERTIES, FAMILY  # noqa: F401  (FAMILY: the suite this module is)
+from flashcheck.properties_softmax import CORE_PROPERTIES, FAMILY, fit_to_declarations  # noqa: F401  (FAMILY: the suite this module is)
 from flashcheck.strategies.softmax import CLASSES, declared_size_rows
 
 # Longest rows drawn: the interpreter runs kernels in NumPy, the GPU in microseconds.
@@ -38,9 +38,9 @@ def max_n_for(spec: KernelSpec, cap: int = MAX_N) -> int:
 
 
 def long_enough(spec: KernelSpec, case: Case) -> Case:
-    """The case, if its rows are as long as the kernel declares it needs (else Hypothesis rejects it)."""
-    assume(case.tensors["x"].shape[-1] >= spec.min_n and within_declared_numel(spec, case.tensors))
-    return case
+    """The case, if its rows are as long as the kernel declares it needs (else Hypothesis rejects
+    it, and a test that draws nothing the kernel takes is skipped saying so: flashcheck.fit)."""
+    return fitted(spec, case, fit_to_declarations)
 
 
 @pytest.mark.parametrize("cls", sorted(CLASSES))
