@@ -53,7 +53,9 @@ def _dtypes(v: Any) -> tuple[torch.dtype, ...]:
 
 
 def _positive_int(v: Any) -> int:
-    if isinstance(v, bool) or int(v) != v or int(v) < 1:
+    if isinstance(v, str) and v.strip().lstrip("+").isdigit():  # a command line's --kernel-cap KEY=2
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or int(v) < 1:
         raise ValueError(f"{v!r} is not a positive integer")
     return int(v)
 

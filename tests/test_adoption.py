@@ -139,6 +139,10 @@ def test_bare_attention_is_checked_with_no_declarations(kernels: Path) -> None:
 def test_registered_kernel_takes_the_command_line_flags() -> None:
     assert load_kernel("softmax_row", overrides={"max_n": 100}).max_n == 100
     assert load_kernel("attention", overrides={"window": "false"}).has("window") is False
+    # --kernel-cap values arrive as text: "2" is the integer 2 ('2' was "not a positive integer")
+    assert load_kernel("softmax_row", overrides={"max_numel": "2048"}).extra["max_numel"] == 2048
+    with pytest.raises(KernelLoadError, match="not a positive integer"):
+        load_kernel("softmax_row", overrides={"max_numel": "2.5"})
 
 
 @pytest.mark.parametrize("target", ["softmax_row", "attention"])
