@@ -79,3 +79,13 @@ def test_mutation_probes_reach_every_attention_feature() -> None:
             reached.add("bool_mask" if kw["attn_mask"].dtype == torch.bool else "float_mask")
     missing = (set(ATTENTION_FEATURES) | set(CAUSAL_ALIGNS) | {"bool_mask", "float_mask"}) - reached
     assert not missing, f"no mutation probe reaches {sorted(missing)}"
+
+
+def test_mutation_resume_runs_undecided_results_again() -> None:
+    """A mutant whose run errored (the test files moved under it) or timed out on a loaded CPU
+    decided nothing; `--resume` skipped it forever."""
+    from flashcheck.mutation.runner import decided
+
+    store = {"k": {"status": "killed"}, "s": {"status": "survived"}, "e": {"status": "error"},
+             "t": {"status": "timed_out"}, "q": {"status": "equivalent_candidate"}}
+    assert [key for key in "ksetqx" if decided(store, key)] == ["k", "s", "q"]

@@ -12,9 +12,9 @@ from flashcheck.mutation import runner
 from flashcheck.mutation.generate import ALL_TARGETS, all_mutants, select
 from flashcheck.mutation.operators import GPU_ONLY_OPERATORS, OPERATORS
 from flashcheck.mutation.report import TRIAGE_FILE, to_markdown
-from flashcheck.mutation.runner import load_store, log_run, run, runs_file
+from flashcheck.mutation.runner import decided, load_store, log_run, run, runs_file
 
-DEFAULT_STORE = HOME / "reports" / "out" / "mutants.json"
+DEFAULT_STORE = HOME / "reports" / "mutants_store.json"  # tracked: runs on any machine and session add up
 DEFAULT_REPORT = HOME / "reports" / "mutants.md"
 
 
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-j", "--jobs", type=int, default=1, help="mutants run in parallel (default 1)")
     p.add_argument("--timeout", type=float, default=600, help="seconds per mutant (default 600)")
     p.add_argument("--store", type=Path, default=DEFAULT_STORE, help="JSON results, accumulated over runs")
-    p.add_argument("--resume", action="store_true", help="skip mutants already in the store")
+    p.add_argument("--resume", action="store_true", help="skip mutants the store has decided (errors and timeouts run again)")
     p.add_argument("--probe-first", action="store_true",
                    help="probe before the suite; skip the suite for mutants bit-identical on every probe")
     p.add_argument("--spec", action="append", help="run only this kernel's tests (repeatable; of the kernels "
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     results = load_store(args.store)
     if not args.no_run:
         t0 = time.perf_counter()
-        todo = sum(not (args.resume and m.key in results) for m in chosen)
+        todo = sum(not (args.resume and decided(results, m.key)) for m in chosen)
         results = run(chosen, jobs=args.jobs, timeout=args.timeout, store=args.store, resume=args.resume,
                       probe_first=args.probe_first)
         wall = time.perf_counter() - t0

@@ -120,12 +120,19 @@ def log_run(store: Path, command: str, selected: int, ran: int, wall: float) -> 
 
 
 _STORE_LOCK = threading.Lock()
+#: Outcomes that decide nothing about the suite (the harness failed, or a loaded CPU ran out the
+#: clock): `--resume` runs them again.
+UNDECIDED = ("error", "timed_out")
+
+
+def decided(results: dict[str, dict[str, Any]], key: str) -> bool:
+    return key in results and results[key].get("status") not in UNDECIDED
 
 
 def run(mutants: list[Mutant], *, jobs: int, timeout: float, store: Path, resume: bool, probe_first: bool = False,
         log: Callable[[str], None] = print) -> dict[str, dict[str, Any]]:
     results = load_store(store)
-    todo = [m for m in mutants if not (resume and m.key in results)]
+    todo = [m for m in mutants if not (resume and decided(results, m.key))]
     log(f"{len(mutants)} mutants selected, {len(mutants) - len(todo)} already in {store}, running {len(todo)}")
 
     def one(m: Mutant) -> None:
