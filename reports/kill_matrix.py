@@ -49,16 +49,40 @@ def _fixture_summary(directory: Path) -> dict[str, Any] | None:
 
 def run_zoo_kernel(z, *, out_dir: Path | None = None, first_only: bool = True, shrink: bool = True,
                    save_fixtures: bool = True, timeout: float = 900,
-                   extra_args: list[str] | None = None) -> dict[str, Any]:
+                   extra_args: list[str] | None = None, first: tuple[str, ...] = ()) -> dict[str, Any]:
     """Run the default ci suite against one zoo kernel (a `flashcheck.suite.zoo.ZooKernel`) in a subprocess.
-    shrink=False skips Hypothesis's shrink phase (same examples, same first failure, faster)."""
+    shrink=False skips Hypothesis's shrink phase (same examples, same first failure, faster).
+
+    `first`: tests (node ids, or prefixes such as `FILE::test_name`) to run alone before the whole
+    suite. Where they catch the kernel, the whole suite is not run: a kill by one of its tests is a
+    kill by the suite. On a GPU this turns a run that compiles every production-kernel variant before
+    its late catching test into one test. Hypothesis derandomizes per test, so a test run alone draws
+    the examples it draws inside the suite. Where they do not catch it, the whole suite runs."""
+    if first:
+        r = _run_once(z, list(first), out_dir=out_dir, first_only=first_only, shrink=shrink,
+                      save_fixtures=save_fixtures, timeout=timeout, extra_args=extra_args)
+        if r["caught"]:
+            return {**r, "ran": "first"}
+    r = _run_once(z, [str(SUITE.relative_to(HOME))], out_dir=out_dir, first_only=first_only, shrink=shrink,
+                  save_fixtures=save_fixtures, timeout=timeout, extra_args=extra_args)
+    return {**r, "ran": "suite"}
+
+
+def nodeid_of(short: str) -> str:
+    """The pytest node id of a matrix's `test` cell (`test_softmax::test_x[...]`)."""
+    file, _, rest = short.partition("::")
+    return f"{SUITE.relative_to(HOME).as_posix()}/{file}.py::{rest}"
+
+
+def _run_once(z, targets: list[str], *, out_dir: Path | None, first_only: bool, shrink: bool,
+              save_fixtures: bool, timeout: float, extra_args: list[str] | None) -> dict[str, Any]:
     from flashcheck.suite.zoo import module_path
 
     tmp = Path(tempfile.mkdtemp(prefix=f"kill-{z.name}-"))
     fixtures = (out_dir / "kill_fixtures" / z.name) if out_dir else tmp / "fixtures"
     shutil.rmtree(fixtures, ignore_errors=True)
     fixtures.mkdir(parents=True, exist_ok=True)
-    args = [str(SUITE.relative_to(HOME)), f"--kernel={module_path(z)}:{z.name}", f"--family={z.family}",
+    args = [*targets, f"--kernel={module_path(z)}:{z.name}", f"--family={z.family}",
             f"--fixture-dir={fixtures}",
             *(["-x"] if first_only else []), *([] if save_fixtures else ["--no-save-fixtures"]), *(extra_args or [])]
     run = run_pytest(args, shrink=shrink, timeout=timeout)

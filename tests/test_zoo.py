@@ -143,13 +143,17 @@ def test_the_default_suite_catches_it(name: str) -> None:
     """Every entry the tracked matrix records as killed is still killed: reach cannot regress
     silently. Where the kill now comes from another test or after more examples, the matrix is
     stale (a warning, not a failure: any change to the strategies moves the derandomized draws)."""
-    from flashcheck.reports.kill_matrix import matrix_row, run_zoo_kernel
+    from flashcheck.reports.kill_matrix import matrix_row, nodeid_of, run_zoo_kernel
 
-    if ZOO[name].gpu_only and kernels.INTERPRET:
-        pytest.skip(f"GPU only: {ZOO[name].gpu_only}")
-    r = run_zoo_kernel(ZOO[name], shrink=False, save_fixtures=False)
-    crashed = r["returncode"] == 1 and r["all_failures"]
+    z = ZOO[name]
+    if z.gpu_only and kernels.INTERPRET:
+        pytest.skip(f"GPU only: {z.gpu_only}")
     recorded = _matrix().get(name)
+    # The recorded catching test (or the entry's GPU target) alone first; the whole suite only if it
+    # no longer catches the kernel.
+    first = (nodeid_of(recorded["test"]),) if recorded and recorded.get("test") else z.targets
+    r = run_zoo_kernel(z, shrink=False, save_fixtures=False, first=first)
+    crashed = r["returncode"] == 1 and r["all_failures"]
     assert r["caught"], (f"zoo kernel {name} ({r['bug_class']}) " + (
         f"CRASHED before the suite caught it (a crash is not a catch): {r['first_message']}" if crashed else
         f"SURVIVED the ci suite (exit {r['returncode']}): a strategy or property is missing"
@@ -158,7 +162,9 @@ def test_the_default_suite_catches_it(name: str) -> None:
         + f"\n{r.get('output_tail') or ''}")
     assert recorded, f"{name} is caught but not in reports/kill_matrix.json: record it (see the fast test above)"
     now = matrix_row(r)
-    if kernels.INTERPRET and (now["test"], now["examples"]) != (recorded["test"], recorded["examples"]):
+    # Examples count every test run before the catching one: comparable only after a whole-suite run.
+    stale = now["test"] != recorded["test"] or (r["ran"] == "suite" and now["examples"] != recorded["examples"])
+    if kernels.INTERPRET and stale:
         import warnings
 
         warnings.warn(f"reports/kill_matrix.json is stale for {name}: recorded {recorded['test']} after "
@@ -184,3 +190,23 @@ def test_split_merge_race_is_invisible_to_the_interpreter() -> None:
     learnt to reorder programs: drop the entry's gpu_only and let the CPU catch it."""
     x = torch.as_tensor(np.random.default_rng(0).standard_normal((4, 1000)), dtype=torch.float32).to(kernels.DEVICE)
     assert not _softmax_wrong(ZOO["split_merge_race"].broken, {"x": x})
+
+
+def test_gpu_targets_name_tests_that_exist() -> None:
+    from flashcheck import HOME
+
+    for z in ZOO.values():
+        assert not z.targets or z.gpu_only, f"{z.name}: targets are for GPU-only entries (the matrix names the rest's)"
+        for target in z.targets:
+            file, _, test = target.partition("::")
+            assert f"def {test.split('[')[0]}(" in (HOME / file).read_text(), f"{z.name}: no test {target}"
+
+
+@pytest.mark.slow  # two subprocess runs of the suite
+def test_a_first_test_that_misses_falls_back_to_the_whole_suite() -> None:
+    from flashcheck.reports.kill_matrix import run_zoo_kernel
+
+    # test_softmax_gpu skips everything under the interpreter: it catches nothing
+    r = run_zoo_kernel(ZOO["read_past_row"], shrink=False, save_fixtures=False,
+                       first=("flashcheck/suite/test_softmax_gpu.py",))
+    assert r["caught"] and r["ran"] == "suite", r

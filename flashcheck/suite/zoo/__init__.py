@@ -35,6 +35,9 @@ class ZooKernel:
     caps: dict[str, Any] = field(default_factory=dict)  # the `flashcheck` capabilities
     property_hint: str = ""  # which property is expected to see it (documentation only)
     gpu_only: str = ""  # why only a GPU can show the bug (empty: the interpreter can)
+    # Tests (node-id prefixes) written to catch a GPU-only entry, run alone before the whole suite
+    # where the tracked (CPU) kill matrix records no catching test.
+    targets: tuple[str, ...] = ()
 
 
 def zoo(family: str | None = None, *, runnable: bool = False) -> list[ZooKernel]:

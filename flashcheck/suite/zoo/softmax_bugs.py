@@ -630,6 +630,10 @@ _GPU_ONLY = {
     "split_merge_race": "a race between programs: the interpreter runs them one after another in launch order, "
                         "so the last span's program always finds the other partials stored",
 }
+# The GPU-only entries' catching tests, where one was written for them (the rest run the suite).
+_GPU_TARGETS = {
+    "int32_offsets": ("flashcheck/suite/test_softmax_gpu.py::test_past_2_31_elements",),
+}
 
 ZOO: dict[str, ZooKernel] = {}
 for _name, (_cls, _hint) in _CLASSES.items():
@@ -639,6 +643,7 @@ for _name, (_cls, _hint) in _CLASSES.items():
         references=" ".join(inspect.getdoc(_fn).split()),
         broken=_fn, fixed=_FIXED[_name], trigger=_TRIGGERS[_name],
         caps=dict(getattr(_fn, "flashcheck", {})), property_hint=_hint, gpu_only=_GPU_ONLY.get(_name, ""),
+        targets=_GPU_TARGETS.get(_name, ()),
     )
 
 __all__ = list(ZOO)
