@@ -241,7 +241,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     from flashcheck.oracles.formats import format_of
 
     specs = _active(family, metafunc.config)
-    if "dtype" in metafunc.fixturenames:
+    if "launch" in metafunc.fixturenames:
+        from flashcheck.launches import launches
+
+        params = [(s, d, l) for s in specs for d in s.dtypes for l in launches(s)]
+        ids = [f"{s.name}-{format_of(d).name}-{l.id}" for s, d, l in params]
+        metafunc.parametrize(("spec", "dtype", "launch"), params, ids=ids)
+    elif "dtype" in metafunc.fixturenames:
         params = [(s, d) for s in specs for d in s.dtypes]
         ids = [f"{s.name}-{format_of(d).name}" for s, d in params]
         metafunc.parametrize(("spec", "dtype"), params, ids=ids)

@@ -21,6 +21,7 @@ from hypothesis import given, strategies as st
 
 from flashcheck import properties_attention as pa
 from flashcheck.fit import fitted, nothing_to_draw
+from flashcheck.launches import RELATIONS, Launch
 from flashcheck.properties import check
 from flashcheck.strategies.case import Case
 from flashcheck.kernels import DEVICE, INTERPRET
@@ -89,11 +90,18 @@ def test_adversarial_class(spec: KernelSpec, dtype: torch.dtype, cls: str, data:
 # One test per relation: each compiles its own launch variants (configs, tunings, layouts), so
 # under xdist they spread over the workers instead of one test compiling them all (over 9
 # minutes for fp32 on an H100). Every relation still gets the profile's examples.
-@pytest.mark.parametrize("relation", METAMORPHIC_PROPERTIES)
+@pytest.mark.parametrize("relation", [r for r in METAMORPHIC_PROPERTIES if r not in RELATIONS])
 @given(data=st.data())
 def test_metamorphic(spec: KernelSpec, dtype: torch.dtype, relation: str, data: st.DataObject) -> None:
     case = _fit(spec, data.draw(attention_cases(dtype=dtype, caps=Caps.of(spec), shapes=Shapes.of(spec), **META_LIMITS), label="case"))
     check(spec, relation, case)
+
+
+# The launch relations, one item per config or tuning (flashcheck.launches).
+@given(data=st.data())
+def test_launches(spec: KernelSpec, dtype: torch.dtype, launch: Launch, data: st.DataObject) -> None:
+    case = _fit(spec, data.draw(attention_cases(dtype=dtype, caps=Caps.of(spec), shapes=Shapes.of(spec), **META_LIMITS), label="case"))
+    check(launch.spec_for(spec), launch.relation, case)
 
 
 def _fixed_case(dtype: torch.dtype, *, b=2, h=2, hkv=None, m=5, n=7, d=8, causal=False, kv_lens=None,

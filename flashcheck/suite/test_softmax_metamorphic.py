@@ -10,6 +10,7 @@ import torch
 from hypothesis import given, strategies as st
 from hypothesis.strategies import composite
 
+from flashcheck.launches import Launch
 from flashcheck.properties import check
 from flashcheck.kernels import DEVICE, INTERPRET
 from flashcheck.kernels.registry import KernelSpec
@@ -117,16 +118,15 @@ def test_permutation_equivariance(spec: KernelSpec, dtype: torch.dtype, data: st
     check(spec, "permutation_equivariant", long_enough(spec, case))
 
 
-# One test per relation, so the launch variants each compiles spread over xdist's workers.
-@pytest.mark.parametrize("relation", ("deterministic", "configs_identical", "tunings_within_bound"))
+# One item per launch variant (flashcheck.launches), so their compilations spread over xdist's workers.
 @given(data=st.data())
-def test_configs_and_determinism(spec: KernelSpec, dtype: torch.dtype, relation: str, data: st.DataObject) -> None:
+def test_configs_and_determinism(spec: KernelSpec, dtype: torch.dtype, launch: Launch, data: st.DataObject) -> None:
     # Launch knobs (tiles, chunk sizes) only matter on rows that span several tiles: the first
     # (simplest) draws are rows at the run's longest length, the rest any adversarial case.
     fmt, max_n, strided = format_of(dtype), meta_max_n(spec), not spec.contiguous_only
     long_rows = declared_size_rows(fmt=fmt, sizes=(max_n,), min_n=spec.min_n, max_n=max_n, strided=strided)
     case = data.draw(st.one_of(long_rows, softmax_cases(fmt=fmt, max_n=max_n, strided=strided)), label="case")
-    check(spec, relation, long_enough(spec, case))
+    check(launch.spec_for(spec), launch.relation, long_enough(spec, case))
 
 
 @given(data=st.data())
