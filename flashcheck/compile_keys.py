@@ -14,6 +14,8 @@ follow the run's own shapes: under the interpreter they are smaller than a GPU r
 
 `FLASHCHECK_NO_SPECIALIZE=name,name,...` counts as if those arguments were listed in
 `@triton.jit(do_not_specialize=[...])`: a what-if for cutting compilations.
+`FLASHCHECK_KEYS_OUT=FILE` writes every distinct key (JSON lines: kernel, test, argument -> key
+part, options) for what-ifs worked out afterwards.
 """
 from __future__ import annotations
 
@@ -99,7 +101,19 @@ def pytest_runtest_call(item: pytest.Item):
         _CURRENT.pop()
 
 
+def _write_keys(path: str) -> None:
+    import json
+
+    with open(path, "w") as f:
+        for test, keys in _PER_TEST.items():
+            for name, parts, options in keys:
+                f.write(json.dumps({"kernel": name, "test": test, "args": {a: repr(v) for a, v in parts},
+                                    "options": dict(options)}) + "\n")
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
+    if os.environ.get("FLASHCHECK_KEYS_OUT"):
+        _write_keys(os.environ["FLASHCHECK_KEYS_OUT"])
     rows = sorted(((len(keys), nodeid) for nodeid, keys in _PER_TEST.items()), reverse=True)
     tr = terminalreporter
     tr.section("Triton specialisations (new compilations on a GPU) per test")

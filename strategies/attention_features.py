@@ -101,6 +101,18 @@ def _group_boundary_in_tile(case: Case, fmt: Format) -> bool:
     return hq > hkv and m % 16 != 0 and m < 32 and (hq // hkv) * m > m
 
 
+def _diagonal_across_edge(case: Case, fmt: Format) -> bool:
+    """Causal GQA whose diagonal crosses a 16-key edge inside the query rows: the first row stops
+    below the edge, the last reaches it (a packed tile's fully seen key blocks come from its first
+    position)."""
+    hq, hkv = _group(case)
+    if not case.kwargs.get("causal") or hq == hkv:
+        return False
+    m, n = case.tensors["q"].shape[2], case.tensors["k"].shape[2]
+    off = n - m if case.kwargs.get("causal_align") == "bottom_right" else 0
+    return any(off <= e - 2 and off + m - 1 >= e - 1 for e in range(16, n + 1, 16))
+
+
 def _window(case: Case) -> tuple[int, int] | None:
     w = case.kwargs.get("window")
     return tuple(w) if w is not None else None
@@ -189,6 +201,7 @@ FEATURES = [
     Feature(None, "bhsd_layout", _is_bhsd),
     # item 14: features (each only for kernels that declare it: `requires`)
     Feature("gqa_groups", "group_boundary_inside_tile", _group_boundary_in_tile),
+    Feature("gqa_groups", "causal_diagonal_across_key_edge", _diagonal_across_edge),
     Feature("gqa_groups", "mqa", lambda c, f: _group(c)[1] == 1 and _group(c)[0] > 1),
     Feature("gqa_groups", "group_of_3", lambda c, f: _group(c)[0] == 3 * _group(c)[1]),
     Feature("gqa_groups", "dv_differs", lambda c, f: c.tensors["v"].shape[-1] != c.tensors["q"].shape[-1]),

@@ -37,14 +37,36 @@ def gqa_groups(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh
     hq = hkv * g
     m = draw(st.sampled_from([1, 3, 5, 7, 13, 17, 33])) if draw(st.booleans()) else draw(_lengths(lim.max_m))
     m = min(m, lim.max_m)
-    n, d = draw(_key_len(lim, m)), draw(_head_dim(lim))
+    causal = _causal(draw, caps)
+    align = _align(draw, caps) if causal else None
+    n = _diagonal_across_edge(draw, lim, m, align) if causal else None
+    label = "/diagonal_across_edge" if n is not None else ""
+    n, d = (n if n is not None else draw(_key_len(lim, m))), draw(_head_dim(lim))
     dv = _value_dim(draw, caps, d, lim)
     rng = np.random.default_rng(draw(_seed()))
     parts = _Parts(_normal(rng, (b, hq, m, d)), _normal(rng, (b, hkv, n, d)), _normal(rng, (b, hkv, n, dv)),
-                   causal=_causal(draw, caps), kv_lens=_maybe_kv_lens(draw, b, n) if "kv_lens" in caps else None)
-    if parts.causal and len(caps.aligns) > 1:
-        parts.options = {"causal_align": _align(draw, caps)}
-    return _finish(draw, parts, fmt, f"gqa_groups/G{g}/Hkv{hkv}" + ("/dv" if dv != d else ""), strided=strided)
+                   causal=causal, kv_lens=_maybe_kv_lens(draw, b, n) if "kv_lens" in caps else None)
+    if causal and len(caps.aligns) > 1:
+        parts.options = {"causal_align": align}
+    return _finish(draw, parts, fmt, f"gqa_groups/G{g}/Hkv{hkv}" + ("/dv" if dv != d else "") + label, strided=strided)
+
+
+def _diagonal_across_edge(draw, lim, m: int, align: str) -> int | None:
+    """Half the time, a key length N whose causal diagonal crosses a key-block edge (a multiple of
+    16) inside the M query rows: the first row sees keys up to below the edge, the last past it.
+    A tile that packs a group's heads holds all M positions, so which key blocks every row of it
+    sees fully must come from its first position, not its last; with the edge elsewhere every
+    block is either below all rows' diagonals or masked anyway, and such a slip is invisible.
+    None: no such N fits (or the coin said no)."""
+    if m < 2 or (lim.shapes is not None and lim.shapes.square) or not draw(st.booleans()):
+        return None
+    if align == "bottom_right":  # row i sees keys <= i + off, off = N - M: ends in [off, off + M - 1]
+        # row 0 stops below edge e (off <= e - 2), row M - 1 reaches it (off + M - 1 >= e - 1)
+        spans = [(max(0, e - m), min(e - 2, lim.max_n - m)) for e in range(16, lim.max_n + 1, 16)]
+        spans = [(lo, hi) for lo, hi in spans if lo <= hi]
+        return m + draw(st.integers(*draw(st.sampled_from(spans)))) if spans else None
+    # top-left: row i sees keys <= i, ends in [0, M - 1]: across the edge 16 once M >= 16
+    return draw(st.integers(16, lim.max_n)) if m >= 16 and lim.max_n >= 16 else None
 
 
 WINDOW_EDGES = ("zero", "one", "unlimited", "wider_than_n", "any")

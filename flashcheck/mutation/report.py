@@ -61,8 +61,8 @@ def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triag
             "Generated / run per function: " + "; ".join(f"{k} {v[1]}/{v[0]}" for k, v in sorted(per_mod.items())) + ".",
             ""]
     out += ["## Score per kernel", "",
-            "| kernel (jit function) | run | killed | timed out | crashed | survived | equivalent | score | wall s (mean) |",
-            "|---|---|---|---|---|---|---|---|---|"]
+            "| kernel (jit function) | run | killed | timed out | crashed | survived | equivalent | score | wall s (mean) | kill s (median / worst) |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     groups: dict[str, list[dict[str, Any]]] = {}
     for m, r in rows:
         groups.setdefault(f"{m.module}.{m.function}", []).append(r)
@@ -81,7 +81,7 @@ def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triag
         for k, v in (("run", len(rs)), ("det", det), ("denom", denom), ("wall", wall * len(rs))):
             tot[k] = tot.get(k, 0) + v
         return (f"| {name} | {len(rs)} | {c['killed']} | {c['timed_out']} | {c['crashed']} | {surv} | {eq} | "
-                f"{score} | {wall:.1f} |")
+                f"{score} | {wall:.1f} | {_kill_seconds(rs)} |")
 
     for name in sorted(groups):
         out.append(line(name, groups[name]))
@@ -90,14 +90,16 @@ def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triag
         for s in m.specs:
             specs.setdefault(s, []).append(r)
     out += ["", "## Score per registered kernel (a mutant of a shared helper counts for each kernel it changes)", "",
-            "| kernel | run | killed | timed out | crashed | survived | equivalent | score | wall s (mean) |",
-            "|---|---|---|---|---|---|---|---|---|"]
+            "| kernel | run | killed | timed out | crashed | survived | equivalent | score | wall s (mean) | kill s (median / worst) |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for s in sorted(specs):
         out.append(line(s, specs[s]))
     all_rs = [r for _, r in rows]
     tot.clear()
-    out += ["", "## Overall", "", "| | run | killed | timed out | crashed | survived | equivalent | score | wall s (mean) |",
-            "|---|---|---|---|---|---|---|---|---|", line("all", all_rs), "",
+    out += ["", "## Overall", "", "| | run | killed | timed out | crashed | survived | equivalent | score | wall s (mean) | kill s (median / worst) |",
+            "|---|---|---|---|---|---|---|---|---|---|", line("all", all_rs), "",
+            "kill s: wall seconds of a killed mutant's run, pytest's start included (the suite stops at the "
+            "first failure), median and worst over the kernel's killed mutants.", "",
             f"Total wall time of the mutant runs: {tot.get('wall', 0) / 60:.1f} min (sum over mutants).", ""]
     ops: dict[str, list[dict[str, Any]]] = {}
     for m, r in rows:
@@ -133,6 +135,13 @@ def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triag
                        f"{r['caught_by_property'] or r.get('exception') or '-'} | {r['wall_seconds']:.0f} |")
     return "\n".join(out) + "\n"
 
+
+
+def _kill_seconds(rs: list[dict[str, Any]]) -> str:
+    import statistics
+
+    t = sorted(r["wall_seconds"] for r in rs if r["status"] == "killed")
+    return f"{statistics.median(t):.0f} / {t[-1]:.0f}" if t else "-"
 
 
 TRIAGE_FILE = HOME / "reports" / "mutants_triage.json"

@@ -94,6 +94,7 @@ def run_mutant(m: Mutant, *, timeout: float, probe_first: bool = False) -> dict[
         "operator": m.operator, "line": m.line, "description": m.description, "specs": list(m.specs),
         "specs_run": list(_specs_run(m)),
         "status": status, "returncode": rc, "wall_seconds": r["wall_seconds"],
+        "seconds_to_kill": first.get("seconds"),  # inside pytest, to the first failing check
         "caught_by_test": failed[0]["nodeid"] if failed else None,
         "caught_by_property": first.get("property"), "exception": first.get("exception"),
         "message": (first.get("message") or (failed[0]["summary"] if failed else ""))[:600],
