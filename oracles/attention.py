@@ -219,6 +219,30 @@ def _exact_row(qi: np.ndarray, kj: np.ndarray, vj: np.ndarray, cols: list[int], 
     return result
 
 
+def _exact_lse(qi: np.ndarray, kj: np.ndarray, sc: float, bias: np.ndarray | None = None,
+               cap: float = 0.0) -> float:
+    """log(sum_j exp(t_j)) of one query row over the keys kj it sees (finite inputs), as a float64
+    within 2 ulps (of float64) of the exact value. For rows whose float64 error bound is not small:
+    a bias so large that the scores vanish beside it (torch.finfo(dtype).min masks) leaves the fast
+    path's t_j with an absolute error far above 1."""
+    qint, eq = _int_mantissas(qi)
+    kint, ek = _int_mantissas(kj)
+    scores = [int(x) for x in kint.dot(qint)] if qi.size else [0] * len(kj)
+    sm, se = math.frexp(sc)
+    unit = Fraction(int(sm * 2**53)) * Fraction(2) ** (se - 53 + eq + ek)
+    bias_fr = [Fraction(float(b)) for b in bias] if bias is not None else [Fraction(0)] * len(scores)
+    big = max([abs(float(b)) for b in bias_fr] + [cap, 1.0])
+    # absolute error 2^-(prec - log2 big) on each t_j, far below an ulp of the result
+    with mpmath.workprec(120 + int(math.log2(big)) + 2 * max(len(scores), 2).bit_length()):
+        if cap == 0.0:
+            ts = [_mpf_exact(s * unit + b) for s, b in zip(scores, bias_fr)]
+        else:
+            c = mpmath.mpf(cap)
+            ts = [c * mpmath.tanh(_mpf_exact(s * unit) / c) + _mpf_exact(b) for s, b in zip(scores, bias_fr)]
+        top = max(ts)
+        return float(top + mpmath.log(mpmath.fsum(mpmath.exp(t - top) for t in ts)))
+
+
 def _dot2(q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """hi + lo ~= q @ k.T with the summation errors captured exactly by TwoSum (Dot2 of Ogita,
     Rump and Oishi): s = hi + sum e_i exactly, lo = fl(sum e_i) off by <= (D u)^2 A."""
@@ -390,6 +414,11 @@ def _slice(qs, ks, vs, vis, sc, fmt, *, cap: float = 0.0, bias: np.ndarray | Non
         lse = np.where(live, t_ref + np.log(l_safe), lse)
         lse_err = np.where(live, err_ref + np.log1p(eta_sum / (1 - eta_max)) + 2 * (n + 2) * U64
                            + U64 * np.abs(lse), 0.0)
+    # Where the float64 error is not small (or not even a number: 1 - eta_max <= 0), the exact path.
+    for i in np.nonzero(live & ~((lse_err >= 0) & (lse_err < 2.0**-20)))[0]:
+        keys = np.nonzero(vis[i])[0]
+        lse[i] = _exact_lse(qs[i], ks[keys], sc, bias=None if bias is None else bias[i, keys], cap=cap)
+        lse_err[i] = 4 * U64 * abs(lse[i])
     return out, approx, p, a, dmat, t_abs, b_abs, special, pv, lse, lse_err, fallbacks
 
 

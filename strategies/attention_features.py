@@ -113,6 +113,16 @@ def _diagonal_across_edge(case: Case, fmt: Format) -> bool:
     return any(off <= e - 2 and off + m - 1 >= e - 1 for e in range(16, n + 1, 16))
 
 
+def _bias_row_at_finite_min(mask: torch.Tensor) -> bool:
+    """A float bias with a whole row at one finite value <= -9000 (a row masked the BERT or Hugging
+    Face way; -10000 in bf16 is -9984)."""
+    if mask.dtype == torch.bool:
+        return False
+    m = mask.double()
+    row = (m == m[..., :1]).all(-1) & torch.isfinite(m[..., 0]) & (m[..., 0] <= -9.0e3)
+    return bool(row.any())
+
+
 def _window(case: Case) -> tuple[int, int] | None:
     w = case.kwargs.get("window")
     return tuple(w) if w is not None else None
@@ -214,6 +224,7 @@ FEATURES = [
     Feature("attn_masks", "bool_mask", _mask(lambda m: m.dtype == torch.bool)),
     Feature("attn_masks", "bool_mask_row_all_false", _mask(_mask_row_all_false)),
     Feature("attn_masks", "bias_with_neg_inf", _mask(lambda m: m.dtype != torch.bool and bool(torch.isinf(m).any()))),
+    Feature("attn_masks", "bias_row_masked_by_a_finite_min", _mask(_bias_row_at_finite_min)),
     Feature("split_kv", "more_splits_than_key_blocks", _splits(lambda c, s, n: s > -(-n // 16))),
     Feature("split_kv", "split_all_masked", _splits(_split_all_masked)),
     Feature("varlen_batches", "empty_sequence", lambda c, f: 0 in _varlen_lens(c, "q") + _varlen_lens(c, "k")),

@@ -158,8 +158,23 @@ def attn_masks(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh
         full = np.broadcast_to(-slope * np.abs(i - j), (m, n)).astype(np.float64)
         mask = np.broadcast_to(full[tuple(slice(0, s) for s in shape[-2:])] if len(shape) >= 2
                                else full[0, :shape[-1]], shape).copy()
-        if draw(st.booleans()):
+        # (the other rows keep their plain ALiBi biases)
+        hide = draw(st.sampled_from(["neg_inf", "finite_row", "neg_inf+finite_row"]))
+        if "neg_inf" in hide:
             mask[rng.random(shape) < 0.3] = -np.inf
+        if "finite_row" in hide:
+            # A row masked whole by a finite stand-in for -inf, as real code does (BERT's -10000,
+            # -1e9, fp16's min, which is Hugging Face's torch.finfo(dtype).min in fp16): its
+            # softmax is softmax(scores), and a running max started at a finite "-inf" loses it.
+            # Not yet bf16's or fp32's min (near -3.4e38): our kernel's bias * log2(e) overflows
+            # to -inf there and empties the row, a known bug pinned by
+            # tests/test_oracles_attention.py::test_finite_min_mask_row (strict xfail) until the
+            # kernel's fix has run on the GPU.
+            sentinel = draw(st.sampled_from([-1.0e4, -1.0e9, float(torch.finfo(torch.float16).min)]))
+            if len(shape) >= 2:
+                mask[..., draw(st.integers(0, shape[-2] - 1)), :] = sentinel
+            else:  # one row of keys for every query
+                mask[:] = sentinel
         mdt = draw(st.sampled_from([None, torch.float32]))
     parts = _Parts(_normal(rng, (b, h, m, d)), _normal(rng, (b, h, n, d)), _normal(rng, (b, h, n, d)),
                    causal=_causal(draw, caps), kv_lens=_maybe_kv_lens(draw, b, n) if "kv_lens" in caps else None,
