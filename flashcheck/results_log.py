@@ -24,17 +24,51 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.getgroup("flashcheck").addoption(
         "--run-ids", default=None, metavar="FILE",
         help="run only the tests whose node ids are listed in FILE, one a line (the rest of a killed run)")
+    parser.getgroup("flashcheck").addoption(
+        "--order-from", default=None, metavar="FILE",
+        help="run the tests longest first, by the seconds FILE (JSON: node id -> seconds) gives them; "
+             "an unknown test counts as the median (xdist then ends with short tests, not a long tail)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     path = config.getoption("--run-ids", None)
-    if not path:
-        return
+    if path:
+        with open(path, encoding="utf-8") as fh:
+            wanted = {line.rstrip("\n") for line in fh if line.strip()}
+        keep = [i for i in items if i.nodeid in wanted]
+        config.hook.pytest_deselected(items=[i for i in items if i.nodeid not in wanted])
+        items[:] = keep
+    order = config.getoption("--order-from", None)
+    if order:
+        items[:] = longest_first(items, load_durations(order))
+
+
+def load_durations(path: str) -> dict[str, float]:
     with open(path, encoding="utf-8") as fh:
-        wanted = {line.rstrip("\n") for line in fh if line.strip()}
-    keep = [i for i in items if i.nodeid in wanted]
-    config.hook.pytest_deselected(items=[i for i in items if i.nodeid not in wanted])
-    items[:] = keep
+        data = json.load(fh)
+    if not isinstance(data, dict) or not all(isinstance(v, (int, float)) for v in data.values()):
+        raise pytest.UsageError(f"--order-from {path}: not a JSON object of node id -> seconds")
+    return {str(k): float(v) for k, v in data.items()}
+
+
+def longest_first(items: list, seconds: dict[str, float]) -> list:
+    """Items sorted by known seconds, longest first (stable: the same order in every xdist worker,
+    whose collections must agree); unknown ones count as the median of the known."""
+    known = sorted(seconds.get(i.nodeid) for i in items if i.nodeid in seconds)
+    median = known[len(known) // 2] if known else 0.0
+    return sorted(items, key=lambda i: -seconds.get(i.nodeid, median))
+
+
+def durations_of(*logs) -> dict[str, float]:
+    """node id -> seconds of its decisive phase, from results logs (the latest log wins)."""
+    out: dict[str, float] = {}
+    for log in logs:
+        with open(log, encoding="utf-8") as fh:
+            for line in fh:
+                rec = json.loads(line)
+                if rec.get("event") == "test":
+                    out[rec["nodeid"]] = rec["duration"]
+    return out
 
 
 def _write(config: pytest.Config, record: dict[str, Any]) -> None:

@@ -56,10 +56,17 @@ def suite_files() -> list[str]:
     return sorted(str(p.relative_to(HOME)) for d in (HOME / "tests", SUITE) for p in d.glob("test_*.py"))
 
 
+#: Seconds per test from the last GPU lane (committed): the next lane runs the longest first, so its
+#: 16 workers end together instead of behind a few long tests started last.
+DURATIONS = Path(__file__).resolve().parent / "gpu_durations.json"
+
+
 def run_suite(out: Path, files: list[str], budget: float, workers: str, resume: list[Path] | None = None) -> dict:
     log = out / "results.jsonl"
     cmd = [sys.executable, "-m", "pytest", "-n", workers, "--hypothesis-profile", "gpu", "-p", "flashcheck.results_log",
            "-p", "flashcheck.phases", "--results-log", str(log), "-q", "-rfE", "--tb=line", *files]
+    if DURATIONS.exists():
+        cmd += ["--order-from", str(DURATIONS)]
     before = tally(*resume) if resume else None
     if before and before["collected"]:
         # Against the suite as it is now, not as the first part collected it: tests added or
@@ -89,6 +96,11 @@ def run_suite(out: Path, files: list[str], budget: float, workers: str, resume: 
                 pass
             proc.wait()
     wall = time.time() - t0
+    # this run's seconds over the last lane's: copy DIR/durations.json to reports/gpu_durations.json
+    from flashcheck.results_log import durations_of
+
+    known = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    atomic.write_text(out / "durations.json", json.dumps({**known, **(durations_of(log) if log.exists() else {})}, indent=0, sort_keys=True) + "\n")
     rec = {"command": "pytest " + " ".join(cmd[3:]), "rc": rc, "wall_s": round(wall, 1), **tally(*(resume or []), log)}
     if resume:  # each part's record already adds up the parts before it
         last = _suite_of(resume[-1])

@@ -304,3 +304,23 @@ def test_lane_part_of_chosen_files_keeps_the_whole_suite(tmp_path: Path, monkeyp
     out.mkdir()
     rec = gpu_lane.run_suite(out, ["tests/test_b.py"], 10.0, "1", [first])
     assert (rec["collected"], rec["passed"], rec["not_run"]) == (3, 2, ["tests/test_b.py::z"])
+
+
+def test_order_from_runs_the_longest_first(tmp_path: Path) -> None:
+    """The lane's --order-from: known tests longest first, an unknown one at the median, and the
+    same order in every process (a stable sort on the collection order)."""
+    (tmp_path / "test_t.py").write_text("import pytest\n@pytest.mark.parametrize('i', range(5))\n"
+                                        "def test_a(i):\n    pass\n")
+    durations = {f"test_t.py::test_a[{i}]": s for i, s in [(0, 1.0), (1, 30.0), (3, 5.0), (4, 2.0)]}
+    (tmp_path / "d.json").write_text(json.dumps(durations))
+    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "flashcheck.results_log", "-p", "no:cacheprovider",
+                        "--order-from", "d.json", "--collect-only", "-q", "test_t.py"],
+                       cwd=tmp_path, capture_output=True, text=True)
+    order = [line.split("[")[1].rstrip("]") for line in p.stdout.splitlines() if "::test_a[" in line]
+    # 2 is unknown: the median of (1, 2, 5, 30) is 5, tied with 3 and ahead of it in collection order
+    assert order == ["1", "2", "3", "4", "0"], p.stdout + p.stderr
+    (tmp_path / "d.json").write_text("[1, 2]")
+    bad = subprocess.run([sys.executable, "-m", "pytest", "-p", "flashcheck.results_log", "-p", "no:cacheprovider",
+                          "--order-from", "d.json", "--collect-only", "-q", "test_t.py"],
+                         cwd=tmp_path, capture_output=True, text=True)
+    assert bad.returncode == 4 and "not a JSON object of node id -> seconds" in bad.stderr + bad.stdout
