@@ -3,12 +3,15 @@ compute-sanitizer, and the record `reports/gpu_run.md`.
 
     python3 -m flashcheck.reports.gpu_lane --out DIR [--commit SHA] [--resume DIR0/results.jsonl ...]
                                           [--suite-budget S] [--sweep-budget S] [--no-suite] [--no-sweep]
+                                          [--soak S [--soak-seed N]]
     python3 -m flashcheck.reports.gpu_lane --merge SUITE_DIR SWEEP_DIR --out DIR   # one record of both
 
 Each test's outcome is appended to DIR/results.jsonl as it happens (`flashcheck.results_log`), so
 a run killed at its limit still tells what failed and what never ran; `--resume` runs only what
 earlier parts left (unrun or failed) and adds them up, for a suite that does not fit one call. The sweep (`memcheck_sweep`) runs in shards
 side by side, each restarted after a fault from the next case, so every faulting case is named.
+`--soak S` then runs the shipped suite in the soak profile (random examples, a recorded seed) for
+at most S seconds: what the derandomized CI draws never try; its findings are in the record.
 """
 from __future__ import annotations
 
@@ -80,22 +83,7 @@ def run_suite(out: Path, files: list[str], budget: float, workers: str, resume: 
         ids = out / "run-ids.txt"
         ids.write_text("\n".join(n for n in now if n not in settled) + "\n")
         cmd += ["--run-ids", str(ids)]
-    t0 = time.time()
-    with open(out / "pytest.log", "w") as fh:
-        # Its own process group: at the budget the xdist workers and the pytest runs they started
-        # go too (left running, they held GPU memory through the sanitizer sweep that follows).
-        proc = subprocess.Popen(cmd, cwd=HOME, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            rc = proc.wait(timeout=budget)
-        except subprocess.TimeoutExpired:
-            rc = "killed at the budget"
-        finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-    wall = time.time() - t0
+    rc, wall = _pytest_within(cmd, out / "pytest.log", budget)
     # this run's seconds over the last lane's: copy DIR/durations.json to reports/gpu_durations.json
     from flashcheck.results_log import durations_of
 
@@ -107,6 +95,42 @@ def run_suite(out: Path, files: list[str], budget: float, workers: str, resume: 
         rec["parts"] = (last.get("parts") or [last.get("command", "?")]) + [rec["command"]]
         rec["wall_s"] = round(wall + max(_suite_of(p).get("wall_s", 0.0) for p in resume), 1)
     return rec
+
+
+def _pytest_within(cmd: list[str], output: Path, budget: float) -> tuple[int | str, float]:
+    """Run a pytest command for at most `budget` seconds: its exit status (or "killed at the
+    budget") and wall seconds; its output goes to `output`."""
+    t0 = time.time()
+    with open(output, "w") as fh:
+        # Its own process group: at the budget the xdist workers and the pytest runs they started
+        # go too (left running, they held GPU memory through the sanitizer sweep that follows).
+        proc = subprocess.Popen(cmd, cwd=HOME, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc: int | str = proc.wait(timeout=budget)
+        except subprocess.TimeoutExpired:
+            rc = "killed at the budget"
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+    return rc, time.time() - t0
+
+
+def run_soak(out: Path, budget: float, seed: int, workers: str) -> dict:
+    """The shipped suite in the soak profile (random examples, `--hypothesis-seed seed`) for at
+    most `budget` seconds: what CI's derandomized draws never try. Fixtures of what it finds go to
+    DIR/soak_fixtures (copy real findings into the suite's regressions)."""
+    log, fixtures = out / "soak.jsonl", out / "soak_fixtures"
+    cmd = [sys.executable, "-m", "pytest", "-n", workers, "--hypothesis-profile", "soak", "--hypothesis-seed",
+           str(seed), "-p", "flashcheck.results_log", "--results-log", str(log), f"--fixture-dir={fixtures}",
+           "-q", "-rfE", "--tb=line", str(SUITE.relative_to(HOME))]
+    rc, wall = _pytest_within(cmd, out / "soak.log", budget)
+    t = tally(log)
+    return {"command": "pytest " + " ".join(cmd[3:]), "seed": seed, "rc": rc, "wall_s": round(wall, 1),
+            "budget_s": budget, **{k: t[k] for k in ("collected", "passed", "failed", "skipped", "error", "failures")},
+            "not_run": len(t["not_run"]), "fixtures": sorted(p.name for p in fixtures.glob("*.json"))}
 
 
 def collect(files: list[str]) -> list[str]:
@@ -261,6 +285,16 @@ def write_record(out: Path, rec: dict) -> Path:
         if w["error_lines"]:
             lines += ["Sanitizer reports:", ""] + [f"- `{e}`" for e in w["error_lines"]] + \
                      [f"- kernel `{k}`" for k in w["kernels"]] + [""]
+    k = rec.get("soak")
+    if k:
+        lines += [f"## Soak (`--hypothesis-profile soak`, seed {k['seed']}, at most {k['budget_s']:.0f} s)", "",
+                  f"- command: `{k['command']}`",
+                  f"- {k['passed'] + k['failed'] + k['error'] + k['skipped']} of {k['collected']} tests ran in "
+                  f"{k['wall_s']} s (pytest exit: {k['rc']}): **{k['passed']} passed, {k['failed']} failed, "
+                  f"{k['error']} errors**, {k['skipped']} skipped, {k['not_run']} not reached",
+                  f"- found: " + ("nothing" if not k["failures"] else f"{len(k['failures'])} failing tests, fixtures "
+                                  + ", ".join(f"`{f}`" for f in k["fixtures"][:20])), ""]
+        lines += [f"- `{n}`: {m}" for n, m in k["failures"][:30]] + ([""] if k["failures"] else [])
     path = out / "gpu_run.md"
     atomic.write_text(path, "\n".join(lines))
     atomic.write_text(out / "gpu_run.json", json.dumps(rec, indent=1))
@@ -287,9 +321,10 @@ def merge(dirs: list[Path]) -> dict:
         raise SystemExit("gpu_lane --merge: several suite records; run later parts with --resume instead")
     if suites:
         base["suite"] = suites[0]
-    sweeps = [r["sweep"] for r in recs if r.get("sweep")]
-    if sweeps:
-        base["sweep"] = sweeps[-1]
+    for part in ("sweep", "soak"):
+        found = [r[part] for r in recs if r.get(part)]
+        if found:
+            base[part] = found[-1]
     base["commit"] = ", ".join(dict.fromkeys(r["commit"] for r in recs))
     base["date"] = ", ".join(dict.fromkeys(r["date"] for r in recs))
     if len({r["kernels"] for r in recs}) != 1:
@@ -311,6 +346,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", default="auto")
     ap.add_argument("--no-suite", action="store_true")
     ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--soak", type=float, default=0.0, metavar="S",
+                    help="then the shipped suite in the soak profile for at most S seconds")
+    ap.add_argument("--soak-seed", type=int, default=None, help="its --hypothesis-seed (default: from the clock)")
     ap.add_argument("--merge", type=Path, nargs="+")
     ap.add_argument("--sweep-shard", help=argparse.SUPPRESS)
     ap.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
@@ -337,10 +375,15 @@ def main(argv: list[str] | None = None) -> int:
             rec["sweep"]["wall_s"] = round(time.time() - t0, 1)
             print(f"sweep: {rec['sweep']['ok']}/{rec['sweep']['cases']} clean, "
                   f"{rec['sweep']['sanitizer_errors']} sanitizer errors", flush=True)
+        if a.soak > 0:
+            seed = a.soak_seed if a.soak_seed is not None else int(time.time()) % 2**32
+            rec["soak"] = run_soak(a.out, a.soak, seed, a.workers)
+            print(f"soak: seed {seed}, {rec['soak']['failed']} failed in {rec['soak']['wall_s']} s", flush=True)
     path = write_record(a.out, rec)
     print(path.read_text())
-    s, w = rec.get("suite"), rec.get("sweep")
-    bad = (s and (s["failed"] or s["error"] or s["not_run"])) or (w and (w["sanitizer_errors"] or w["failed_cases"]))
+    s, w, k = rec.get("suite"), rec.get("sweep"), rec.get("soak")
+    bad = ((s and (s["failed"] or s["error"] or s["not_run"])) or (w and (w["sanitizer_errors"] or w["failed_cases"]))
+           or (k and (k["failed"] or k["error"])))
     return 1 if bad else 0
 
 

@@ -324,3 +324,18 @@ def test_order_from_runs_the_longest_first(tmp_path: Path) -> None:
                           "--order-from", "d.json", "--collect-only", "-q", "test_t.py"],
                          cwd=tmp_path, capture_output=True, text=True)
     assert bad.returncode == 4 and "not a JSON object of node id -> seconds" in bad.stderr + bad.stdout
+
+
+def test_lane_soak_is_recorded_with_its_seed(tmp_path: Path) -> None:
+    """--soak S: the shipped suite in the soak profile, cut at S seconds, recorded with its seed."""
+    from flashcheck.reports import gpu_lane
+
+    rc = gpu_lane.main(["--out", str(tmp_path), "--no-suite", "--no-sweep", "--soak", "20", "--soak-seed", "7",
+                        "--workers", "1", "--commit", "test"])
+    text = (tmp_path / "gpu_run.md").read_text()
+    rec = json.loads((tmp_path / "gpu_run.json").read_text())["soak"]
+    assert "## Soak (`--hypothesis-profile soak`, seed 7, at most 20 s)" in text, text
+    assert "--hypothesis-seed 7" in rec["command"] and rec["collected"] > 0, rec
+    ran = rec["passed"] + rec["failed"] + rec["error"] + rec["skipped"]
+    assert ran + rec["not_run"] == rec["collected"] and f"{rec['not_run']} not reached" in text, rec
+    assert rc == (1 if rec["failed"] or rec["error"] else 0)
