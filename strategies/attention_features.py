@@ -135,6 +135,16 @@ def _window_edge(pred: Callable[[int, int, int], bool]) -> Callable[[Case, Forma
     return f
 
 
+def _left_edge_past_block_edge(case: Case, fmt: Format) -> bool:
+    """The last query row's window starts one key past a 16-key block edge."""
+    w = _window(case)
+    if w is None or w[0] < 0:
+        return False
+    m, n = case.tensors["q"].shape[2], case.tensors["k"].shape[2]
+    last = m - 1 + (n - m if case.kwargs.get("causal_align") == "bottom_right" else 0)
+    return last - w[0] >= 17 and (last - w[0]) % 16 == 1
+
+
 def _window_empties_row_bottom_right(case: Case, fmt: Format) -> bool:
     """Bottom-right alignment with M > n: the first rows' diagonal lies before key 0, so a right
     edge (causal or window) leaves them no key."""
@@ -218,6 +228,7 @@ FEATURES = [
     Feature("window_edges", "left_0", _window_edge(lambda l, r, n: l == 0)),
     Feature("window_edges", "right_0", _window_edge(lambda l, r, n: r == 0)),
     Feature("window_edges", "wider_than_n", _window_edge(lambda l, r, n: max(l, r) >= n)),
+    Feature("window_edges", "last_row_left_edge_one_past_a_block_edge", _left_edge_past_block_edge),
     Feature("window_edges", "window_empties_row_bottom_right", _window_empties_row_bottom_right),
     Feature("softcap_extremes", "softcap_far_below_logits", _softcap_vs_logits(True)),
     Feature("softcap_extremes", "softcap_far_above_logits", _softcap_vs_logits(False)),

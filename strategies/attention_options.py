@@ -99,11 +99,17 @@ def window_edges(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_
         return {"zero": 0, "one": 1, "unlimited": -1, "wider_than_n": n + draw(st.integers(0, 5)),
                 "any": draw(st.integers(0, max(n, 1)))}[kind]
 
+    align = _align(draw, caps)
     left, right = edge(), edge()
+    # The last query row's left edge one key past a 16-key block edge (rows before it see the
+    # block whole): a tile that rounds that edge to blocks one key short shows the key to it.
+    last = m - 1 + (n - m if align == "bottom_right" else 0)  # the last row's diagonal key
+    edges = [e for e in range(16, n, 16) if e + 1 <= last]
+    if edges and draw(st.booleans()):
+        left, right = last - (draw(st.sampled_from(edges)) + 1), -1
     rng = np.random.default_rng(draw(_seed()))
     parts = _Parts(_normal(rng, (b, h, m, d)), _normal(rng, (b, h, n, d)), _normal(rng, (b, h, n, d)),
                    causal=_causal(draw, caps), kv_lens=_maybe_kv_lens(draw, b, n) if "kv_lens" in caps else None)
-    align = _align(draw, caps)
     parts.options = {"window": [left, right], "causal_align": align}
     return _finish(draw, parts, fmt, f"window_edges/{align}", strided=strided)
 
