@@ -2,7 +2,7 @@
 
 Registered by `flashcheck.plugin` for runs of a kernel (`--kernel`/`--family`). Each test records
 the examples it checked (`properties.EXAMPLES`: distinct cases given to a property) and the kernel
-calls it made (`faults.CALLS`: every call goes through `faults.guarded`) as a user property, so
+calls it made (`faults.CALLS`: every call goes through `faults.guarded_call`) as a user property, so
 the numbers reach an xdist controller with the report. The summary says how much was checked; a
 run whose tests never called the kernel ends with NOTHING_CHECKED instead of 0.
 

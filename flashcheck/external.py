@@ -27,6 +27,9 @@ from flashcheck.fixtures import target_identity
 from flashcheck.families import names as family_names
 from flashcheck.kernels.registry import REGISTRY, KernelSpec
 from flashcheck.oracles.formats import BY_NAME
+from flashcheck import kernel_hooks
+
+kernel_hooks.attach()
 
 
 class KernelLoadError(ValueError):

@@ -2,8 +2,9 @@
 
 CUDA errors are asynchronous: an illegal memory access in one launch surfaces at whatever CUDA
 call comes next (often an unrelated `tensor.to(device)` in a strategy), and from then on every
-CUDA call in the process fails the same way. So every kernel call goes through `guarded` (applied
-to `KernelSpec.fn` and `varlen_fn`, the one choke point every property, test and report uses):
+CUDA call in the process fails the same way. So every kernel call goes through `guarded_call` (the
+call hook of `KernelSpec.fn` and `varlen_fn`, the one choke point every property, test and report
+uses; `flashcheck.kernel_hooks` attaches it):
 
 - after the call, when an input is on CUDA, `torch.cuda.synchronize(device)`: a fault surfaces at
   the launch that caused it;
@@ -19,7 +20,6 @@ and the pytest plugin ends the poisoned process (`flashcheck.isolation`).
 """
 from __future__ import annotations
 
-import functools
 import re
 from typing import Any, Callable
 
@@ -99,34 +99,27 @@ def _cuda_devices(args: tuple, kwargs: dict) -> list[torch.device]:
     return sorted(devs, key=str)
 
 
-def guarded(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
-    """`fn` with a device synchronisation after each CUDA call and context-killing errors raised as
-    GpuFault (idempotent: a guarded function is returned unchanged)."""
-    if fn is None or getattr(fn, "_flashcheck_guarded", False):
-        return fn
+def guarded_call(fn: Callable[..., Any], name: str, args: tuple, kwargs: dict) -> Any:
+    """Call fn(*args, **kwargs) as the kernel `name`: a device synchronisation after a CUDA call,
+    context-killing errors raised as GpuFault. The hook every registered kernel call goes through
+    (`kernels.registry.set_call_hook`, attached by `flashcheck.kernel_hooks`)."""
+    if _LOST:
+        raise GpuFault(f"not run: the CUDA context was lost earlier in this process ({_LOST[0]})",
+                       "context lost")
+    from flashcheck import isolation
 
-    @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        if _LOST:
-            raise GpuFault(f"not run: the CUDA context was lost earlier in this process ({_LOST[0]})",
-                           "context lost")
-        from flashcheck import isolation
-
-        isolation.note_call(name, args, kwargs)
-        CALLS[0] += 1
-        try:
-            out = fn(*args, **kwargs)
-            for dev in _cuda_devices(args, kwargs):
-                torch.cuda.synchronize(dev)
-        except BaseException as e:
-            kind = fault_kind(e)
-            if kind is None or isinstance(e, GpuFault):
-                raise
-            msg = f"{kind} in {name} on ({describe_args(args, kwargs)}): {type(e).__name__}: {str(e).strip()}"
-            _LOST.append(msg)
-            raise GpuFault(msg, kind) from e
-        isolation.note_return()
-        return out
-
-    call._flashcheck_guarded = True  # type: ignore[attr-defined]
-    return call
+    isolation.note_call(name, args, kwargs)
+    CALLS[0] += 1
+    try:
+        out = fn(*args, **kwargs)
+        for dev in _cuda_devices(args, kwargs):
+            torch.cuda.synchronize(dev)
+    except BaseException as e:
+        kind = fault_kind(e)
+        if kind is None or isinstance(e, GpuFault):
+            raise
+        msg = f"{kind} in {name} on ({describe_args(args, kwargs)}): {type(e).__name__}: {str(e).strip()}"
+        _LOST.append(msg)
+        raise GpuFault(msg, kind) from e
+    isolation.note_return()
+    return out

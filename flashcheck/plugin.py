@@ -129,6 +129,9 @@ def pytest_configure(config: pytest.Config) -> None:
     target, family = config.getoption("flashcheck_kernel"), config.getoption("flashcheck_family")
     config.stash[_ACTIVE_KEY] = bool(target or family)
     _configure_fixtures(config)
+    from flashcheck import kernel_hooks
+
+    kernel_hooks.attach()
     from flashcheck import isolation
 
     if config.stash[_ACTIVE_KEY] or isolation.enabled() or config.pluginmanager.hasplugin("flashcheck.tiers"):

@@ -20,6 +20,9 @@ from flashcheck.limits import KernelLimit
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.repro import replay_note
 from flashcheck.strategies.case import Case
+from flashcheck import kernel_hooks
+
+kernel_hooks.attach()  # the interpreter patch and the GPU-fault guard, before any kernel runs
 
 
 Property = Callable[[KernelSpec, Case], None]

@@ -29,16 +29,9 @@ ORACLE_KEYS = ("causal", "scale", "kv_lens", "window", "softcap", "causal_align"
 
 def blocking(spec: KernelSpec, head_dim: int, n: int, dtype: torch.dtype,
              kw: dict | None = None) -> tuple[int, int]:
-    """(block_n, n_blocks) the bound needs: the kernel's own when its spec says, its declared
-    block_n, else the worst case of one dot over every key and one rescale per key; split-KV
-    (kw's num_splits) adds one rescale per split."""
-    fn = spec.extra.get("blocking")
-    if fn is not None:
-        bn, nb = fn(head_dim, n, dtype)
-    elif spec.block_n:
-        bn, nb = spec.block_n, max(1, -(-n // spec.block_n))
-    else:
-        bn, nb = max(n, 1), max(n, 1)
+    """(block_n, n_blocks) the bound needs for this call: the spec's key blocking
+    (`KernelSpec.key_blocking`), and one rescale more per split of split-KV (kw's num_splits)."""
+    bn, nb = spec.key_blocking(head_dim, n, dtype)
     splits = int((kw or {}).get("num_splits", 1) or 1)
     return bn, nb + (splits if splits > 1 else 0)
 

@@ -1,7 +1,8 @@
 """Where kernels run: the GPU when there is one, else Triton's interpreter on the CPU.
 
 `TRITON_INTERPRET` must be set before `triton` is first imported, so every module of the
-project that imports triton imports this one first.
+project that imports triton imports this one first. The kernels are plain Triton: the test tool's
+interpreter patch (exact bf16, runnable autotune) is the engine's (`flashcheck.kernel_hooks`).
 """
 from __future__ import annotations
 
@@ -27,12 +28,6 @@ DEVICE: torch.device = torch.device("cpu" if INTERPRET else "cuda")
 
 import triton  # noqa: E402  (after the switch above, on purpose)
 import triton.language as tl  # noqa: E402
-
-if INTERPRET:
-    # exact bf16 conversions/arithmetic/dot and runnable @triton.autotune kernels in the interpreter
-    from flashcheck.interpreter import install as _install_exact_interpreter  # noqa: E402
-
-    _install_exact_interpreter()
 
 __all__ = ["DEVICE", "INTERPRET", "triton", "tl", "check_device", "on_input_device"]
 

@@ -23,7 +23,12 @@ Arithmetic (the error model of `oracles.bounds.attention_error_bound`):
 - scale: the value used is fl32(scale) (default fl32(1/sqrt(D))); log2(e) is folded in once,
   qk_scale = fl32(fl32(scale) * log2 e), and the online softmax works in base 2 (exp2).
 - softcap c: t = tanh(s * fl32(sc / c)) * fl32(c log2 e), tanh from exp2 (`_tanh`, <= 12u
-  relative); the bias of a float attn_mask is added as fl(bias * log2 e).
+  relative).
+- a float attn_mask: scores stay in natural units (t = fl(fl(s sc) + bias), softcap's factor c
+  instead of fl32(c log2 e)) and log2 e is applied to each difference, exp2(fl(t - m) * log2 e),
+  so a finite bias of any size works: a row masked whole by `finfo(float32).min` would overflow
+  to -inf in base 2 (|b| log2 e > 3.4e38) and come out empty; in natural units it is the
+  softmax of its scores (the bias cancels), with lse = m + ln l.
 - scores: one tl.dot per (query block, key block) over the whole head dim (D padded to a power
   of two with masked zero lanes: scores are never recomputed per output-column tile), fp32
   accumulation. fp16/bf16 products are exact in fp32. fp32 inputs use input_precision="ieee"
@@ -54,20 +59,20 @@ the interpreter; on the GPU bf16 goes to the tensor cores as bf16.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
 from ._runtime import on_input_device
 from ._common import (
-    DEVICE, INTERPRET, LOG2E, bf16_as_bits, by16, check_device, check_float, check_knob, check_tensor, kernel_view,
-    load_f32_zero, store_f32, tl, triton,
+    DEVICE, INTERPRET, LOG2E, bf16_as_bits, by16, kernel_view, load_f32_zero, store_f32, tl, triton,
 )
+from .attention_args import (
+    MAX_HEAD_DIM, _check_cu, _check_heads, _check_inputs, _check_launch, _check_options, _check_qkv,
+    _mask_view, effective_scale, effective_softcap, normalize_window,
+)
+from .attention_config import _DECODE_BLOCK_M, AttnConfig, attn_config, auto_splits
+from .attention_merge import merge_splits
 from triton.runtime.errors import OutOfResources  # noqa: E402  (after _runtime: it sets TRITON_INTERPRET)
-
-MAX_HEAD_DIM = 256
 
 
 # --------------------------------------------------------------------------------------------
@@ -143,14 +148,14 @@ def _attn_block(
     if SOFTCAP:  # c tanh(sc s / c), in log2 units: tanh(s * fl(sc/c)) * fl(c log2 e)
         s = _tanh(s * cap_in) * cap_out
     else:
-        s = s * qk_scale  # log2 units
-    if MASK_KIND == 2:  # additive bias, after scale and softcap
+        s = s * qk_scale  # log2 units (natural with a float mask: the launcher's qk_scale)
+    if MASK_KIND == 2:  # additive bias, after scale and softcap, in natural units (module doc)
         if MASKED:
             bmask = row_ok[:, None] & key_ok[None, :]
         else:
             bmask = row_ok[:, None]
         bias = load_f32_zero(mask_ptrs + tl.cast(start_n, tl.int64) * smn, bmask, MASK_BF16_BITS)
-        s = s + bias * 1.4426950408889634
+        s = s + bias
     if MASKED:
         vis = (cols < n_valid)[None, :] & (cols[None, :] >= pos_m[:, None] + lo_off) \
             & (cols[None, :] <= pos_m[:, None] + hi_off)
@@ -163,8 +168,12 @@ def _attn_block(
     # -inf safe: a row that has seen only masked keys keeps m = -inf; use 0 as its reference so
     # that exp2(-inf - 0) = 0 instead of exp2(-inf - -inf) = NaN.
     m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-    alpha = tl.math.exp2(m_i - m_ref)
-    p = tl.math.exp2(s - m_ref[:, None])
+    if MASK_KIND == 2:  # natural units: the difference first, then log2 e (never overflows)
+        alpha = tl.math.exp2((m_i - m_ref) * 1.4426950408889634)
+        p = tl.math.exp2((s - m_ref[:, None]) * 1.4426950408889634)
+    else:
+        alpha = tl.math.exp2(m_i - m_ref)
+        p = tl.math.exp2(s - m_ref[:, None])
     v = _load_tile(v_ptrs + tl.cast(start_n, tl.int64) * svn, vmask, MASKED or not EVEN_DV, BF16_BITS)
     if IS_FP32:
         pv_in = p
@@ -362,304 +371,11 @@ def _attn_fwd_kernel(
         o = acc / l_safe[:, None]
         store_f32(o_ptr + b * sob + (o_rows[:, None] + rdv[None, :] * sod), o, o_mask, BF16_BITS)
         if RETURN_LSE:
-            lse = tl.where(l32 == 0.0, float("-inf"), (m_i + tl.math.log2(l32)) * 0.6931471805599453)
-            tl.store(lse_ptr + lse_rows, lse, mask=row_ok)
-
-
-# Sizes and strides vary per call and feed no vector width: one binary per (BLOCK_DV, dtype, lse).
-@triton.jit(do_not_specialize=["ROWS", "DV", "SPLITS", "PART_O", "PART_L", "LSE_H", "sl_t", "sl_h"])
-def _attn_merge_kernel(
-    acc_part, m_part, l_part, l32_part, o_ptr, lse_ptr, ROWS, DV, SPLITS, PART_O, PART_L, LSE_H, sl_t, sl_h,
-    BLOCK_R: tl.constexpr, BLOCK_DV: tl.constexpr, RETURN_LSE: tl.constexpr, BF16_BITS: tl.constexpr,
-):
-    """Combine the splits' (acc, m, l) of each output row: the online softmax's rescale, one more
-    step per split, -inf safe (a split whose keys are all masked has m = -inf, l = 0, acc = 0
-    and contributes nothing; a row whose every split is empty gives zeros and lse = -inf).
-    Rows are o's rows (o contiguous, DV innermost); row r's lse lives at
-    (r // LSE_H) * sl_t + (r % LSE_H) * sl_h."""
-    pid = tl.program_id(0)
-    rr = pid.to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
-    row_ok = rr < ROWS
-    cols = tl.arange(0, BLOCK_DV)
-    o_mask = row_ok[:, None] & (cols < DV)[None, :]
-    m_run = tl.full((BLOCK_R,), float("-inf"), tl.float32)
-    l_run = tl.zeros((BLOCK_R,), tl.float32)
-    l32_run = tl.zeros((BLOCK_R,), tl.float32)
-    acc = tl.zeros((BLOCK_R, BLOCK_DV), tl.float32)
-    for s in range(0, SPLITS):
-        si = tl.cast(s, tl.int64)
-        m_s = tl.load(m_part + si * PART_L + rr, mask=row_ok, other=float("-inf"))
-        m_new = tl.maximum(m_run, m_s)
-        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.math.exp2(m_run - m_ref)
-        beta = tl.math.exp2(m_s - m_ref)
-        l_run = l_run * alpha + tl.load(l_part + si * PART_L + rr, mask=row_ok, other=0.0) * beta
-        if RETURN_LSE:
-            l32_run = l32_run * alpha + tl.load(l32_part + si * PART_L + rr, mask=row_ok, other=0.0) * beta
-        a_s = tl.load(acc_part + si * PART_O + rr[:, None] * DV + cols[None, :], mask=o_mask, other=0.0)
-        acc = acc * alpha[:, None] + a_s * beta[:, None]
-        m_run = m_new
-    l_safe = tl.where(l_run == 0.0, 1.0, l_run)
-    store_f32(o_ptr + rr[:, None] * DV + cols[None, :], acc / l_safe[:, None], o_mask, BF16_BITS)
-    if RETURN_LSE:
-        lse = tl.where(l32_run == 0.0, float("-inf"), (m_run + tl.math.log2(l32_run)) * 0.6931471805599453)
-        tl.store(lse_ptr + (rr // LSE_H) * sl_t + (rr % LSE_H) * sl_h, lse, mask=row_ok)
-
-
-# --------------------------------------------------------------------------------------------
-# Launch configuration
-# --------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class AttnConfig:
-    block_m: int
-    block_n: int
-    block_d: int
-    num_warps: int
-    num_stages: int
-    block_dv: int = 0  # 0: the same as block_d
-
-
-# GPU table keyed on (dtype, padded head dim): (BLOCK_M, BLOCK_N, num_warps, num_stages), from
-# sweeps on an H200 (reports/bench_attention.py --sweep, S = 4096; TFLOP/s non-causal/causal):
-# fp16 D64 (128, 64, 8, 3) 356/318; fp16 D128 (128, 128, 8, 3) 432/376; bf16 D64 (64, 64, 4, 3)
-# 321/277 (the (128, 64, 8, 3) tile: 299/255); bf16 D128 (128, 128, 8, 3) 378/333. D <= 32 was
-# not swept. With Dv != D the larger of the two picks the row.
-# D = 256, on an H100 (B2 H16, non-causal; ptxas spills in 4-byte words): fp16 (128, 64, 8, 2)
-# 1.64 ms, 290 spills, against (64, 64, 4, 2) 2.79 ms, 674; bf16 1.72 against 2.83 ms. fp32
-# (32, 16, 8, 1) 5.8 ms, no spills, against (32, 16, 4, 1) 20.6 ms: ptxas gave that tile 32
-# registers and 2046 spilled words, about 1.7 GB of local memory reserved per launching process,
-# enough for a dozen processes side by side to run the GPU out of memory at launch.
-_GPU_TABLE = {
-    torch.float16: {16: (128, 64, 8, 3), 32: (128, 64, 8, 3), 64: (128, 64, 8, 3), 128: (128, 128, 8, 3),
-                    256: (128, 64, 8, 2)},
-    torch.bfloat16: {16: (64, 64, 4, 3), 32: (64, 64, 4, 3), 64: (64, 64, 4, 3), 128: (128, 128, 8, 3),
-                     256: (128, 64, 8, 2)},
-    # fp32 ieee dots run on the CUDA cores: small tiles
-    torch.float32: {16: (64, 32, 4, 2), 32: (64, 32, 4, 2), 64: (64, 32, 4, 2), 128: (32, 32, 4, 2),
-                    256: (32, 16, 8, 1)},
-}
-_INTERPRET_BLOCK = 32  # the interpreter's cost is per operation: few, large blocks
-_INTERPRET_LONG = (1024, 128)  # from this many keys on, 128-key blocks (the long-row cases stay cheap)
-# Decode tiles (packed GQA rows, few of them): a short M tile, keys in wide blocks.
-_DECODE_BLOCK_M = 16
-
-
-def attn_config(d: int, dtype: torch.dtype, *, dv: int | None = None, n: int = 0, block_m: int | None = None,
-                block_n: int | None = None, num_warps: int | None = None,
-                num_stages: int | None = None) -> AttnConfig:
-    """Block sizes for head dims d (q, k) and dv (v, default d), key length n and dtype; keyword
-    overrides win (powers of two >= 16)."""
-    # One width for the Q/K and the V tiles (the wider of the two, the narrower head masked): on
-    # Hopper, Triton 3.6 miscompiles the P @ V dot of a bf16 (64, 64) tile with a V tile narrower
-    # than K's (D 40 -> 64, Dv 24 -> 32): compute-sanitizer reports an out-of-bounds shared-memory
-    # read in the wgmma and the launch faults (illegal memory access; reports/memcheck_sweep.py).
-    bd = bdv = max(16, triton.next_power_of_2(max(d, dv if dv is not None else d)))
-    if INTERPRET:
-        bn = _INTERPRET_LONG[1] if n >= _INTERPRET_LONG[0] else _INTERPRET_BLOCK
-        bm, w, st = _INTERPRET_BLOCK, 4, 1
-    else:
-        bm, bn, w, st = _GPU_TABLE[dtype][max(bd, bdv)]
-    cfg = AttnConfig(block_m or bm, block_n or bn, bd, num_warps or w, num_stages or st, bdv)
-    for name in ("block_m", "block_n"):
-        val = getattr(cfg, name)
-        if val < 16 or val & (val - 1):
-            raise ValueError(f"{name}={val} must be a power of two >= 16")
-    return cfg
-
-
-def _sm_count() -> int:
-    return torch.cuda.get_device_properties(DEVICE).multi_processor_count
-
-
-def auto_splits(programs: int, n: int, block_n: int) -> int:
-    """Split-KV for decode-shaped problems on the GPU (FlashAttention's num_splits=0): enough
-    splits to give every SM about two programs, each split at least 4 key blocks. 1 under the
-    interpreter (no SMs to fill)."""
-    if INTERPRET or programs <= 0:
-        return 1
-    want = math.ceil(2 * _sm_count() / programs)
-    return max(1, min(want, n // (4 * block_n), 128))
-
-
-# --------------------------------------------------------------------------------------------
-# Validation and the public functions
-# --------------------------------------------------------------------------------------------
-
-def effective_scale(scale: float | None, head_dim: int) -> float:
-    """The softmax scale the kernel multiplies scores by: fl32(scale), default fl32(1/sqrt(D)).
-    The oracle computes with exactly this value (NUMERICS.md section 3)."""
-    s = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
-    return float(np.float32(s))
-
-
-def effective_softcap(softcap: float) -> float:
-    """The cap the kernel uses: fl32(softcap) (0: no cap)."""
-    return float(np.float32(float(softcap)))
-
-
-CAUSAL_ALIGNS = ("top_left", "bottom_right")
-
-
-def _is_real(x) -> bool:
-    return not isinstance(x, bool) and isinstance(x, (int, float, np.floating, np.integer))
-
-
-def _is_int(x) -> bool:
-    return not isinstance(x, (bool, np.bool_)) and isinstance(x, (int, np.integer))
-
-
-def normalize_window(window) -> tuple[int, int]:
-    """window=(left, right) as two ints >= -1 (-1: unlimited); None is (-1, -1)."""
-    if window is None:
-        return -1, -1
-    if not isinstance(window, (tuple, list)) or len(window) != 2 or not all(_is_int(w) for w in window):
-        raise TypeError(f"window must be None or a pair of ints (left, right), got {window!r}")
-    left, right = int(window[0]), int(window[1])
-    if left < -1 or right < -1:
-        raise ValueError(f"window values must be >= -1 (-1: unlimited), got {(left, right)}")
-    return left, right
-
-
-def _check_options(causal, scale, window, softcap, causal_align, return_lse, num_splits) -> None:
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"causal must be a bool, not {type(causal).__name__}")
-    if scale is not None:
-        if not _is_real(scale):
-            raise TypeError(f"scale must be a real number or None, not {type(scale).__name__}")
-        if not math.isfinite(float(scale)):
-            raise ValueError(f"scale must be finite, got {scale}")
-        if not math.isfinite(float(np.float32(float(scale)))):
-            raise ValueError(f"scale {scale} overflows fp32")
-    normalize_window(window)
-    if not _is_real(softcap):
-        raise TypeError(f"softcap must be a real number, not {type(softcap).__name__}")
-    c = float(softcap)
-    if not c >= 0 or not math.isfinite(c):
-        raise ValueError(f"softcap must be finite and >= 0 (0: no cap), got {softcap}")
-    if c > 0 and not (0 < effective_softcap(c) < math.inf):
-        raise ValueError(f"softcap {softcap} is not representable in fp32 (it would be 0 or inf)")
-    if causal_align not in CAUSAL_ALIGNS:
-        raise ValueError(f"causal_align must be one of {CAUSAL_ALIGNS}, got {causal_align!r}")
-    if not isinstance(return_lse, (bool, np.bool_)):
-        raise TypeError(f"return_lse must be a bool, not {type(return_lse).__name__}")
-    if not _is_int(num_splits):
-        raise TypeError(f"num_splits must be an int (0: automatic), not {type(num_splits).__name__}")
-    if num_splits < 0:
-        raise ValueError(f"num_splits must be >= 0 (0: automatic), got {num_splits}")
-
-
-def _check_launch(pack_gqa, block_m, block_n, num_warps, num_stages) -> None:
-    """Launch knobs: None (the tuned default) or a usable value; 0 is not a default."""
-    if pack_gqa is not None and not isinstance(pack_gqa, bool):
-        raise TypeError(f"pack_gqa must be a bool or None, not {type(pack_gqa).__name__}")
-    check_knob("block_m", block_m, lo=16, pow2=True)
-    check_knob("block_n", block_n, lo=16, pow2=True)
-    check_knob("num_warps", num_warps, pow2=True)
-    check_knob("num_stages", num_stages)
-
-
-def _check_qkv(q, k, v, rank: int, layout: str) -> None:
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        check_float(name, t)
-        if t.dim() != rank:
-            raise ValueError(f"{name} must be {rank}-D {layout}, got {t.dim()}-D with shape {tuple(t.shape)}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
-
-
-def _check_heads(hq: int, hkv: int, hv: int, d: int, dk: int, dv: int) -> None:
-    if hkv != hv:
-        raise ValueError(f"k and v must have the same number of heads, got {hkv} and {hv}")
-    if hkv == 0 or hq % hkv:
-        raise ValueError(f"the query heads ({hq}) must be a multiple of the key/value heads ({hkv}) (GQA/MQA)")
-    if dk != d:
-        raise ValueError(f"head dims differ: q has D={d}, k has D={dk}")
-    for name, x in (("D", d), ("Dv", dv)):
-        if not 1 <= x <= MAX_HEAD_DIM:
-            raise ValueError(f"head dim {name}={x} is not supported; 1 <= {name} <= {MAX_HEAD_DIM}")
-
-
-def _check_inputs(q, k, v, causal, scale, kv_lens, *, window=None, softcap=0.0, causal_align="top_left",
-                  attn_mask=None, return_lse=False, num_splits=1) -> None:
-    """Every check of `attention`'s inputs (shared with kernels that reuse its validation)."""
-    _check_qkv(q, k, v, 4, "(B, H, seq, D)")
-    B, Hq, M, D = q.shape
-    if k.shape[0] != B or v.shape[0] != B:
-        raise ValueError(f"batch sizes differ: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
-    if k.shape[2] != v.shape[2]:
-        raise ValueError(f"k and v must have the same length, got {tuple(k.shape)} and {tuple(v.shape)}")
-    _check_heads(Hq, k.shape[1], v.shape[1], D, k.shape[3], v.shape[3])
-    N = k.shape[2]
-    if max(M, N) >= 2**31 or B * Hq >= 2**31:
-        raise ValueError("sequence lengths and B*H must be below 2^31")
-    _check_options(causal, scale, window, softcap, causal_align, return_lse, num_splits)
-    if kv_lens is not None:
-        if not isinstance(kv_lens, torch.Tensor):
-            raise TypeError(f"kv_lens must be an integer torch.Tensor of shape (B,), not {type(kv_lens).__name__}")
-        if kv_lens.dtype.is_floating_point or kv_lens.dtype.is_complex or kv_lens.dtype == torch.bool:
-            raise TypeError(f"kv_lens must have an integer dtype, got {kv_lens.dtype}")
-        if tuple(kv_lens.shape) != (B,):
-            raise ValueError(f"kv_lens must have shape (B,) = ({B},), got {tuple(kv_lens.shape)}")
-        if kv_lens.device != q.device:
-            raise ValueError(f"kv_lens is on {kv_lens.device}, q on {q.device}")
-        if B:
-            # Validating values needs their contents: one small device-to-host copy (a sync).
-            lo, hi = int(kv_lens.min()), int(kv_lens.max())
-            if lo < 0 or hi > N:
-                raise ValueError(f"kv_lens values must lie in [0, N] = [0, {N}], got min {lo}, max {hi}")
-    if attn_mask is not None:
-        _mask_view(attn_mask, (B, Hq, M, N), q)
-
-
-def _mask_view(mask, shape: tuple[int, int, int, int], q: torch.Tensor) -> torch.Tensor:
-    """attn_mask validated and expanded (a view with 0 strides) to (B, Hq, M, N)."""
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"attn_mask must be a torch.Tensor or None, not {type(mask).__name__}")
-    check_tensor("attn_mask", mask)
-    if mask.dtype != torch.bool and mask.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-        raise TypeError(f"attn_mask must be bool (True = the key takes part) or a float bias "
-                        f"(float16/bfloat16/float32), got {mask.dtype}")
-    if mask.device != q.device:
-        raise ValueError(f"attn_mask is on {mask.device}, q on {q.device}")
-    if mask.dim() > 4:
-        raise ValueError(f"attn_mask must have at most 4 dims, got shape {tuple(mask.shape)}")
-    try:
-        if torch.broadcast_shapes(tuple(mask.shape), shape) != torch.Size(shape):
-            raise RuntimeError
-    except RuntimeError:
-        raise ValueError(f"attn_mask of shape {tuple(mask.shape)} does not broadcast to (B, Hq, M, N) = {shape}")\
-            from None
-    return mask.expand(shape)
-
-
-def _check_cu(name: str, cu, batch: int | None, total: int, max_seqlen, max_name: str) -> list[int]:
-    if not isinstance(cu, torch.Tensor):
-        raise TypeError(f"{name} must be an int32 torch.Tensor, not {type(cu).__name__}")
-    if cu.dtype != torch.int32:
-        raise TypeError(f"{name} must have dtype int32, got {cu.dtype}")
-    if cu.dim() != 1 or cu.numel() < 1:
-        raise ValueError(f"{name} must be 1-D with B + 1 >= 1 entries, got shape {tuple(cu.shape)}")
-    check_device(name, cu)
-    if batch is not None and cu.numel() != batch + 1:
-        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have the same length, got {batch + 1} and {cu.numel()}")
-    vals = cu.tolist()  # one small device-to-host copy
-    if vals[0] != 0:
-        raise ValueError(f"{name} must start at 0, got {vals[0]}")
-    steps = np.diff(np.asarray(vals, dtype=np.int64))
-    if (steps < 0).any():
-        i = int(np.argmax(steps < 0))
-        raise ValueError(f"{name} must be non-decreasing, but {name}[{i + 1}] = {vals[i + 1]} < {vals[i]}")
-    if vals[-1] > total:
-        raise ValueError(f"{name}[-1] = {vals[-1]} exceeds the packed length {total}")
-    if not _is_int(max_seqlen) or max_seqlen < 0:
-        raise TypeError(f"{max_name} must be an int >= 0, got {max_seqlen!r}")
-    longest = int(steps.max()) if steps.size else 0
-    if max_seqlen < longest:
-        raise ValueError(f"{max_name}={max_seqlen} is below the longest sequence ({longest})")
-    return vals
+            if MASK_KIND == 2:  # m in natural units
+                lse = m_i + tl.math.log2(l32) * 0.6931471805599453
+            else:
+                lse = (m_i + tl.math.log2(l32)) * 0.6931471805599453
+            tl.store(lse_ptr + lse_rows, tl.where(l32 == 0.0, float("-inf"), lse), mask=row_ok)
 
 
 _GRID_YZ_MAX = 65535
@@ -723,11 +439,12 @@ def _launch(q4, k4, v4, o4, lse3, *, batch: int, m_max: int, n_max: int, cu_q, c
     keys_per_split = triton.cdiv(n_blocks, splits) * cfg.block_n
     sc = effective_scale(scale, D)
     cap = effective_softcap(softcap)
-    qk_scale = float(np.float32(sc * LOG2E))
-    cap_in = float(np.float32(sc / cap)) if cap > 0 else 1.0
-    cap_out = float(np.float32(cap * LOG2E)) if cap > 0 else 1.0
-    bits = bf16_as_bits(dtype)
     mask_kind = 0 if mask4 is None else (1 if mask4.dtype == torch.bool else 2)
+    unit = 1.0 if mask_kind == 2 else LOG2E  # a float mask: natural units (module doc)
+    qk_scale = float(np.float32(sc * unit))
+    cap_in = float(np.float32(sc / cap)) if cap > 0 else 1.0
+    cap_out = float(np.float32(cap * unit)) if cap > 0 else 1.0
+    bits = bf16_as_bits(dtype)
     if mask_kind == 1:
         mk = mask4.view(torch.uint8) if mask4.dtype == torch.bool else mask4
     elif mask_kind == 2:
@@ -786,19 +503,8 @@ def _launch(q4, k4, v4, o4, lse3, *, batch: int, m_max: int, n_max: int, cu_q, c
     _with_stages_that_fit(run, (dtype, cfg, mk.dtype, tuple(sorted(meta.items()))), cfg.num_stages,
                           fixed=num_stages is not None)
     if splits > 1:
-        rows_o = o4.numel() // Dv
-        block_r = 16
-        if lse3 is None:
-            lse_h, sl_t, sl_h = 1, 0, 0
-        elif cu_q is not None:  # o (total, Hq, Dv): row t * Hq + h; lse (Hq, total)
-            lse_h, sl_t, sl_h = Hq, lse3.stride(2), lse3.stride(1)
-        else:  # o (B, Hq, M, Dv) and lse (B, Hq, M), both contiguous: the same row order
-            lse_h, sl_t, sl_h = 1, 1, 0
-        _attn_merge_kernel[(triton.cdiv(rows_o, block_r),)](
-            acc_p, m_p, l_p, l32_p, kernel_view(o4), lse_t, rows_o, Dv, splits, part_o, part_l, lse_h, sl_t, sl_h,
-            BLOCK_R=block_r, BLOCK_DV=cfg.block_dv, RETURN_LSE=bool(return_lse), BF16_BITS=bits,
-            num_warps=4,
-        )
+        merge_splits(acc_p, m_p, l_p, l32_p, o4, lse3, varlen=cu_q is not None, block_dv=cfg.block_dv,
+                     natural=mask_kind == 2)
 
 
 @on_input_device
@@ -921,4 +627,4 @@ def attention_varlen(
 
 
 __all__ = ["attention", "attention_varlen", "attn_config", "auto_splits", "effective_scale", "effective_softcap",
-           "normalize_window", "AttnConfig", "MAX_HEAD_DIM", "CAUSAL_ALIGNS", "DEVICE"]
+           "normalize_window", "AttnConfig", "MAX_HEAD_DIM", "DEVICE"]

@@ -1,6 +1,7 @@
 """One spec object per kernel, one registry; tests and reports parametrize over it."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -52,6 +53,9 @@ class KernelSpec:
     custom_scale: bool = True  # scale=
     row_sum: str = "rounded_p"  # "rounded_p": V of ones exact; "fp32_p": within 1 ulp
     block_n: int | None = None  # its key block (the bound's blocking), when declared
+    # (keys per block, key blocks a row goes through) of its launch for (head_dim, n, dtype), when
+    # it knows its own (the production kernel's table); see key_blocking
+    blocking: Callable[[int, int, torch.dtype], tuple[int, int]] | None = None
     bitwise_invariant: bool = True  # same bits for any layout / query order (not in the contract)
     external: bool = False
     description: str = ""
@@ -72,11 +76,9 @@ class KernelSpec:
     varlen_fn: Callable[..., Any] | None = None  # fn(q, k, v, cu_q, cu_k, *, max_seqlen_q, max_seqlen_k, ...)
 
     def __post_init__(self) -> None:
-        # Every call of the kernel, whoever makes it, syncs on CUDA and names a GPU fault.
-        from flashcheck.faults import guarded
-
-        object.__setattr__(self, "fn", guarded(self.fn, self.name))
-        object.__setattr__(self, "varlen_fn", guarded(self.varlen_fn, f"{self.name} (varlen)"))
+        # Every call of the kernel, whoever makes it, goes through the engine's call hook.
+        object.__setattr__(self, "fn", _hooked(self.fn, self.name))
+        object.__setattr__(self, "varlen_fn", _hooked(self.varlen_fn, f"{self.name} (varlen)"))
         if self.family not in FAMILIES:
             raise ValueError(f"family must be one of {FAMILIES}, not {self.family!r}")
         aligns = (self.causal_align,) if isinstance(self.causal_align, str) else tuple(self.causal_align)
@@ -109,6 +111,16 @@ class KernelSpec:
     def supports_head_dim(self, d: int) -> bool:
         return d <= self.max_head_dim and (self.head_dims is None or bool(self.head_dims(d)))
 
+    def key_blocking(self, head_dim: int, n: int, dtype: torch.dtype) -> tuple[int, int]:
+        """(keys per block, key blocks) the attention bound needs for n keys: the kernel's own
+        (`blocking`), else its declared `block_n`, else the worst case: one dot over every key
+        and a rescale per key."""
+        if self.blocking is not None:
+            return self.blocking(head_dim, n, dtype)
+        if self.block_n:
+            return self.block_n, max(1, -(-n // self.block_n))
+        return max(n, 1), max(n, 1)
+
     def summation_depth(self, n: int) -> int:
         """Depth of the sum's rounding chain for a row of n (n, recursive summation, if unknown)."""
         return n if self.depth is None else self.depth(n)
@@ -118,6 +130,31 @@ class KernelSpec:
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # Hypothesis's falsifying-example printer
         p.text(repr(self))
+
+
+#: (fn, name, args, kwargs) -> fn's result: what every call of a spec's kernel goes through. The
+#: engine sets it (`flashcheck.kernel_hooks.attach`: the GPU-fault guard) so kernels never import
+#: the engine; unset, a call is a plain call.
+_CALL_HOOK: list[Callable[..., Any]] = []
+
+
+def set_call_hook(hook: Callable[..., Any]) -> None:
+    """Route every spec's kernel call, registered before or after, through hook(fn, name, args, kwargs)."""
+    _CALL_HOOK[:] = [hook]
+
+
+def _hooked(fn: Callable[..., Any] | None, name: str) -> Callable[..., Any] | None:
+    if fn is None or getattr(fn, "_flashcheck_hooked", False):
+        return fn
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if _CALL_HOOK:
+            return _CALL_HOOK[0](fn, name, args, kwargs)
+        return fn(*args, **kwargs)
+
+    call._flashcheck_hooked = True  # type: ignore[attr-defined]
+    return call
 
 
 REGISTRY: list[KernelSpec] = []

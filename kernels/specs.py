@@ -90,6 +90,6 @@ register(KernelSpec(
     tunings=(({"num_splits": 2}, {"num_splits": 7}, {"pack_gqa": True}) if _INTERPRET
              else ({"num_splits": 2}, {"num_splits": 3}, {"num_splits": 64}, {"pack_gqa": True})),
     varlen_fn=_attention_varlen,
-    extra={"blocking": _attention_blocking},
+    blocking=_attention_blocking,
     description="fused attention forward: online softmax in exp2, fp32 accumulators, P in 16 bits",
 ))

@@ -120,6 +120,7 @@ class AttentionOracle:
     lse_err: np.ndarray = None  # |lse - exact| bound of the float64 value
     t_abs: np.ndarray = None  # |capped score| with a softcap (its evaluation error), else 0
     b_abs: np.ndarray = None  # |bias| of a float attn_mask, else 0
+    float_bias: bool = False  # a float attn_mask was given (the kernel's exponents in natural units)
     softcap: float = 0.0
     dot_dim: int = 0  # D of q and k (the bound's dot length; out's last dim is Dv)
     fallbacks: int = 0  # elements the exact path decided
@@ -483,7 +484,8 @@ def attention_oracle(q, k, v, *, causal: bool = False, scale: float | None = Non
     v0 = np.repeat(np.where(np.isfinite(vf), vf, 0.0), group, axis=1)
     return AttentionOracle(fmt=fmt, scale=sc, out=out, approx=approx, p=full[0], a=full[1], d=full[2],
                            absv=np.abs(v0), v=v0, visible=vis, special=special, pv=pv, lse=lse, lse_err=lse_err,
-                           t_abs=full[3], b_abs=full[4], softcap=cap, dot_dim=D, fallbacks=fb,
+                           t_abs=full[3], b_abs=full[4], float_bias=bias is not None, softcap=cap, dot_dim=D,
+                           fallbacks=fb,
                            timing={"seconds": time.perf_counter() - t0})
 
 

@@ -114,6 +114,8 @@ def _exponent_error(oracle, b: int, h: int, n_blocks: int, e_in: float = 0.0) ->
     extra = 0.0
     if oracle.t_abs is not None:
         extra = 20 * oracle.t_abs[b, h] + 3 * oracle.b_abs[b, h]
+    if getattr(oracle, "float_bias", False):
+        extra = extra + 2 * oracle.d[b, h]
     return np.where(oracle.visible[b, h],
                     U32 * ((2 * D + 4) * oracle.a[b, h] + 3 * oracle.d[b, h] + extra + 4 * (n_blocks + 1))
                     + (2 * e_in + e_in * e_in) * oracle.a[b, h] + D * 2.0**-125 * oracle.scale, 0.0)
@@ -209,9 +211,16 @@ def attention_error_bound(oracle, *, block_n: int, n_blocks: int, fp32_dot: str 
                                       a_j sech^2(x_j) (the oracle folds it into `a`), and the
                                       tanh evaluation (<= 12u relative), the argument's and the
                                       two products' roundings add 16u |t_j|: 20u |t_j| here.
-      float attn_mask (bias b)        fl(b log2 e) and the add: u (|t_j| + 2|b_j|): 3u |b_j|.
+      float attn_mask (bias b)        fl(b log2 e) and the add: u (|t_j| + 2|b_j|): 3u |b_j|;
+                                      a kernel keeping such rows in natural units (ours: a bias
+                                      near -3.4e38 overflows in base 2) adds b exactly as scaled
+                                      (u |b_j| of those) and multiplies each difference by fl(log2 e):
+                                      that product's rounding on p_j and, telescoping, on the
+                                      rescales (2u d_j), and log2 e's own in place of c's: 2u d_j
+                                      more, the slack d_j kept.
       split-KV (num_splits)           one more rescale per split: pass n_blocks + splits.
-    so g_j = u ((2D + 4) a_j + 3 d_j + 20 |t_j| + 3 |b_j| + 4 (n_blocks + 1)) + D 2^-125 sc.
+    so g_j = u ((2D + 4) a_j + 3 d_j + 20 |t_j| + 3 |b_j| + 4 (n_blocks + 1)) + D 2^-125 sc,
+    plus 2u d_j with a float attn_mask.
 
     fp32 inputs, fp32_dot="tf32" (`dot_input_error`: e = 2^-10 per operand, truncation):
       scores                          each product errs by (2e + e^2) |q_d k_jd|: g_j gains

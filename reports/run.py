@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, TextIO
 
 from flashcheck.kernels.registry import KernelSpec
+from flashcheck import kernel_hooks
+
+kernel_hooks.attach()
 from flashcheck.oracles.formats import format_of
 from flashcheck.strategies.sample import draw_examples
 

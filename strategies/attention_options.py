@@ -175,20 +175,22 @@ def attn_masks(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh
         hide = draw(st.sampled_from(["neg_inf", "finite_row", "neg_inf+finite_row"]))
         if "neg_inf" in hide:
             mask[rng.random(shape) < 0.3] = -np.inf
+        dtype_min = None
         if "finite_row" in hide:
             # A row masked whole by a finite stand-in for -inf, as real code does (BERT's -10000,
-            # -1e9, fp16's min, which is Hugging Face's torch.finfo(dtype).min in fp16): its
-            # softmax is softmax(scores), and a running max started at a finite "-inf" loses it.
-            # Not yet bf16's or fp32's min (near -3.4e38): our kernel's bias * log2(e) overflows
-            # to -inf there and empties the row, a known bug pinned by
-            # tests/test_oracles_attention.py::test_finite_min_mask_row (strict xfail) until the
-            # kernel's fix has run on the GPU.
-            sentinel = draw(st.sampled_from([-1.0e4, -1.0e9, float(torch.finfo(torch.float16).min)]))
-            if len(shape) >= 2:
-                mask[..., draw(st.integers(0, shape[-2] - 1)), :] = sentinel
-            else:  # one row of keys for every query
-                mask[:] = sentinel
+            # -1e9, Hugging Face's torch.finfo(dtype).min of the mask's dtype: -65504 in fp16,
+            # about -3.4e38 in bf16 and fp32, where a kernel scaling the bias by log2 e in fp32
+            # overflows to -inf and empties the row): its softmax is softmax(scores), and a
+            # running max started at a finite "-inf" loses it.
+            sentinel = draw(st.sampled_from([-1.0e4, -1.0e9, float(torch.finfo(torch.float16).min), "dtype_min"]))
+            rows = (..., draw(st.integers(0, shape[-2] - 1)), slice(None)) if len(shape) >= 2 else (slice(None),)
+            if sentinel == "dtype_min":
+                dtype_min = rows
+            else:
+                mask[rows] = sentinel
         mdt = draw(st.sampled_from([None, torch.float32]))
+        if dtype_min is not None:
+            mask[dtype_min] = float(torch.finfo(mdt or fmt.torch_dtype).min)
     parts = _Parts(_normal(rng, (b, h, m, d)), _normal(rng, (b, h, n, d)), _normal(rng, (b, h, n, d)),
                    causal=_causal(draw, caps), kv_lens=_maybe_kv_lens(draw, b, n) if "kv_lens" in caps else None,
                    mask=mask, mask_dtype=mdt)

@@ -13,13 +13,7 @@ LAYERS = {"oracles": 0, "kernels": 1, "strategies": 2, "flashcheck": 3, "reports
 TOP = {"cli": 4}  # flashcheck/cli.py is the command line: the reports' layer
 
 # (importing file, imported layer or module): still to be undone, each with why it stands.
-STANDING = {
-    # the interpreter patch is applied from kernels/ when they switch the interpreter on; moving it
-    # into the engine changes kernels/, whose digest the GPU lane's record is tied to
-    ("kernels/_runtime.py", "flashcheck"),
-    # the registry wraps every spec's kernel in the engine's GPU-fault guard (flashcheck.faults)
-    ("kernels/registry.py", "flashcheck"),
-}
+STANDING: set[tuple[str, str]] = set()
 
 
 def _layer_of(path: Path, root: Path) -> tuple[str, int]:
@@ -81,3 +75,28 @@ def test_the_check_sees_upward_and_test_tree_imports(tmp_path: Path) -> None:
     (tmp_path / "reports" / "z.py").write_text("from flashcheck.suite.zoo import zoo\n")
     assert _violations(tmp_path) == {("oracles/m.py", "reports"), ("strategies/m.py", "tests"),
                                      ("flashcheck/suite/m.py", "reports")}
+
+
+def test_kernels_run_plain_until_the_engine_attaches_its_hooks() -> None:
+    """The kernels load no engine module; the engine's entry points add the interpreter patch and
+    the GPU-fault guard (flashcheck.kernel_hooks) before a kernel runs."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, flashcheck.kernels as K\n"
+        "engine = sorted(m for m in sys.modules if m.startswith('flashcheck.') and m.split('.')[1] not in "
+        "('kernels', 'oracles'))\n"
+        "assert not engine, engine\n"
+        "assert not K.registry._CALL_HOOK\n"
+        "import flashcheck.properties\n"
+        "from flashcheck import faults, interpreter\n"
+        "assert K.registry._CALL_HOOK == [faults.guarded_call]\n"
+        "assert interpreter.installed() == K.INTERPRET\n"
+        "calls = faults.CALLS[0]\n"
+        "import torch\n"
+        "K.get('softmax_row').fn(torch.zeros(1, 4, device=K.DEVICE))\n"
+        "assert faults.CALLS[0] == calls + 1, 'a registered kernel call goes through the guard'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]

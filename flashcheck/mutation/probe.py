@@ -173,7 +173,10 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
     """Run the mutated and the original public functions on fixed inputs and compare bits."""
     import importlib
 
+    from flashcheck import kernel_hooks
+
     mutated = importlib.import_module(f"flashcheck.kernels.{spec['module']}")
+    kernel_hooks.attach()  # after the mutant's import: the kernels' first import stays the mutant's
     original = _load_original(spec["module"])
     family = spec["family"]
     fns = [f for f in _PUBLIC[family] if f in spec["specs"]] or list(_PUBLIC[family])

@@ -1,0 +1,83 @@
+"""Launch configuration of the fused attention kernel (`kernels/attention.py`): block sizes per
+(dtype, padded head dim) from a small table, the interpreter's own blocks, and how many key splits
+a decode-shaped problem gets."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ._common import DEVICE, INTERPRET, triton
+
+
+@dataclass(frozen=True)
+class AttnConfig:
+    block_m: int
+    block_n: int
+    block_d: int
+    num_warps: int
+    num_stages: int
+    block_dv: int = 0  # 0: the same as block_d
+
+
+# GPU table keyed on (dtype, padded head dim): (BLOCK_M, BLOCK_N, num_warps, num_stages), from
+# sweeps on an H200 (reports/bench_attention.py --sweep, S = 4096; TFLOP/s non-causal/causal):
+# fp16 D64 (128, 64, 8, 3) 356/318; fp16 D128 (128, 128, 8, 3) 432/376; bf16 D64 (64, 64, 4, 3)
+# 321/277 (the (128, 64, 8, 3) tile: 299/255); bf16 D128 (128, 128, 8, 3) 378/333. D <= 32 was
+# not swept. With Dv != D the larger of the two picks the row.
+# D = 256, on an H100 (B2 H16, non-causal; ptxas spills in 4-byte words): fp16 (128, 64, 8, 2)
+# 1.64 ms, 290 spills, against (64, 64, 4, 2) 2.79 ms, 674; bf16 1.72 against 2.83 ms. fp32
+# (32, 16, 8, 1) 5.8 ms, no spills, against (32, 16, 4, 1) 20.6 ms: ptxas gave that tile 32
+# registers and 2046 spilled words, about 1.7 GB of local memory reserved per launching process,
+# enough for a dozen processes side by side to run the GPU out of memory at launch.
+_GPU_TABLE = {
+    torch.float16: {16: (128, 64, 8, 3), 32: (128, 64, 8, 3), 64: (128, 64, 8, 3), 128: (128, 128, 8, 3),
+                    256: (128, 64, 8, 2)},
+    torch.bfloat16: {16: (64, 64, 4, 3), 32: (64, 64, 4, 3), 64: (64, 64, 4, 3), 128: (128, 128, 8, 3),
+                     256: (128, 64, 8, 2)},
+    # fp32 ieee dots run on the CUDA cores: small tiles
+    torch.float32: {16: (64, 32, 4, 2), 32: (64, 32, 4, 2), 64: (64, 32, 4, 2), 128: (32, 32, 4, 2),
+                    256: (32, 16, 8, 1)},
+}
+_INTERPRET_BLOCK = 32  # the interpreter's cost is per operation: few, large blocks
+_INTERPRET_LONG = (1024, 128)  # from this many keys on, 128-key blocks (the long-row cases stay cheap)
+# Decode tiles (packed GQA rows, few of them): a short M tile, keys in wide blocks.
+_DECODE_BLOCK_M = 16
+
+
+def attn_config(d: int, dtype: torch.dtype, *, dv: int | None = None, n: int = 0, block_m: int | None = None,
+                block_n: int | None = None, num_warps: int | None = None,
+                num_stages: int | None = None) -> AttnConfig:
+    """Block sizes for head dims d (q, k) and dv (v, default d), key length n and dtype; keyword
+    overrides win (powers of two >= 16)."""
+    # One width for the Q/K and the V tiles (the wider of the two, the narrower head masked): on
+    # Hopper, Triton 3.6 miscompiles the P @ V dot of a bf16 (64, 64) tile with a V tile narrower
+    # than K's (D 40 -> 64, Dv 24 -> 32): compute-sanitizer reports an out-of-bounds shared-memory
+    # read in the wgmma and the launch faults (illegal memory access; reports/memcheck_sweep.py).
+    bd = bdv = max(16, triton.next_power_of_2(max(d, dv if dv is not None else d)))
+    if INTERPRET:
+        bn = _INTERPRET_LONG[1] if n >= _INTERPRET_LONG[0] else _INTERPRET_BLOCK
+        bm, w, st = _INTERPRET_BLOCK, 4, 1
+    else:
+        bm, bn, w, st = _GPU_TABLE[dtype][max(bd, bdv)]
+    cfg = AttnConfig(block_m or bm, block_n or bn, bd, num_warps or w, num_stages or st, bdv)
+    for name in ("block_m", "block_n"):
+        val = getattr(cfg, name)
+        if val < 16 or val & (val - 1):
+            raise ValueError(f"{name}={val} must be a power of two >= 16")
+    return cfg
+
+
+def _sm_count() -> int:
+    return torch.cuda.get_device_properties(DEVICE).multi_processor_count
+
+
+def auto_splits(programs: int, n: int, block_n: int) -> int:
+    """Split-KV for decode-shaped problems on the GPU (FlashAttention's num_splits=0): enough
+    splits to give every SM about two programs, each split at least 4 key blocks. 1 under the
+    interpreter (no SMs to fill)."""
+    if INTERPRET or programs <= 0:
+        return 1
+    want = math.ceil(2 * _sm_count() / programs)
+    return max(1, min(want, n // (4 * block_n), 128))
