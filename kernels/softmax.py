@@ -99,12 +99,17 @@ def softmax_row(
     check_knob("rows_per_program", rows_per_program, pow2=True)  # ROWS is a block dim
     check_knob("num_warps", num_warps, pow2=True)
     check_knob("block_n", block_n)  # a minimum, rounded up to a power of two
-    y = _prepare(x, out_dtype, out)
+    dest = _prepare(x, out_dtype, out)
     m, n = x.shape
     if n > ROW_MAX_N:
         raise ValueError(f"N={n} is too long for the row kernel (at most {ROW_MAX_N}); use softmax()")
     if x.numel() == 0:
-        return y
+        return dest
+    # tl.sum adds in the order of the layout Triton gives the row, which follows the output's
+    # alignment and strides too: an out= view unlike the default output (contiguous, 16-byte
+    # aligned) would get other bits (an H200 showed it), so it gets the default's through a copy.
+    aligned = dest.is_contiguous() and dest.data_ptr() % 16 == 0
+    y = dest if aligned else torch.empty(dest.shape, dtype=dest.dtype, device=dest.device)
     cfg = row_config(m, n, rows_per_program=rows_per_program, num_warps=num_warps, block_n=block_n)
     xk, yk = kernel_view(x), kernel_view(y)
     (n_, sxm, sym), mul = by16(n, x.stride(0), y.stride(0))
@@ -113,7 +118,9 @@ def softmax_row(
         BLOCK_N=cfg.block_n, ROWS=cfg.rows, X_BITS=bf16_as_bits(x.dtype), Y_BITS=bf16_as_bits(y.dtype), MUL=mul,
         num_warps=cfg.num_warps,
     )
-    return y
+    if y is not dest:
+        dest.copy_(y)
+    return dest
 
 
 # --------------------------------------------------------------------------------------------

@@ -77,6 +77,7 @@ def _diagonal_across_edge(draw, lim, m: int, align: str) -> int | None:
 
 
 WINDOW_EDGES = ("zero", "one", "unlimited", "wider_than_n", "any")
+WINDOW_AIMS = ("edges", "wider_than_n", "empties_rows", "block_edge")
 
 
 @composite
@@ -91,8 +92,15 @@ def window_edges(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_
     n = draw(_key_len(lim, m))
     d = draw(_head_dim(lim))
     square = lim.shapes is not None and lim.shapes.square
-    if len(caps.aligns) > 1 and not square and draw(st.booleans()):  # M > N: rows bottom-right alignment empties
-        m, n = max(m, n), min(m, n)
+    # Each aim is one defining input of the class, drawn outright (so every limit set, CPU or GPU,
+    # reaches all of them, and each shrinks to its simplest form): the edges as drawn; an edge wider
+    # than N; bottom-right rows that see no key; the last row's left edge one key past a block edge.
+    aim = draw(st.sampled_from(WINDOW_AIMS))
+    if aim == "block_edge":  # the last row's diagonal past key 17: a block edge to stand one key past
+        m, n = (max(x, min(cap, 18 + draw(st.integers(0, 14)))) for x, cap in ((m, lim.max_m), (n, lim.max_n)))
+    bottom_right = "bottom_right" in caps.aligns and not square
+    if bottom_right and (aim == "empties_rows" or (len(caps.aligns) > 1 and draw(st.booleans()))):
+        m, n = max(m, n), min(m, n)  # M > N: bottom-right alignment empties the first rows
         if m == n and m > 1:
             n = m - 1 - draw(st.integers(0, m - 2))
 
@@ -101,14 +109,19 @@ def window_edges(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_
         return {"zero": 0, "one": 1, "unlimited": -1, "wider_than_n": n + draw(st.integers(0, 5)),
                 "any": draw(st.integers(0, max(n, 1)))}[kind]
 
-    align = _align(draw, caps)
+    align = "bottom_right" if aim == "empties_rows" and bottom_right and m > n else _align(draw, caps)
     left, right = edge(), edge()
+    if aim == "wider_than_n":
+        wide = n + draw(st.integers(0, 5))
+        left, right = (wide, right) if draw(st.booleans()) else (left, wide)
+    elif aim == "empties_rows" and right < 0:
+        right = draw(st.sampled_from([0, 1]))
     # The last query row's left edge one key past a 16-key block edge (rows before it see the
     # block whole): a tile that rounds that edge to blocks one key short shows the key to it.
     last = m - 1 + (n - m if align == "bottom_right" else 0)  # the last row's diagonal key
     edges = [e for e in range(16, n, 16) if e + 1 <= last]
-    if edges and draw(st.booleans()):
-        left, right = last - (draw(st.sampled_from(edges)) + 1), -1
+    if aim == "block_edge" and edges:
+        left = last - (draw(st.sampled_from(edges)) + 1)
     rng = np.random.default_rng(draw(_seed()))
     parts = _Parts(_normal(rng, (b, h, m, d)), _normal(rng, (b, h, n, d)), _normal(rng, (b, h, n, d)),
                    causal=_causal(draw, caps), kv_lens=_maybe_kv_lens(draw, b, n) if "kv_lens" in caps else None)

@@ -165,8 +165,11 @@ def test_real_out_of_bounds_triton_kernel_is_one_named_fault(tmp_path: Path) -> 
     script = tmp_path / "oob.py"
     script.write_text(textwrap.dedent('''
         import torch, triton, triton.language as tl
+        from flashcheck import kernel_hooks
         from flashcheck.faults import GpuFault
         from flashcheck.kernels.registry import KernelSpec
+
+        kernel_hooks.attach()  # what every engine entry point does before it runs a kernel
 
         @triton.jit
         def _oob(x_ptr):
