@@ -248,9 +248,10 @@ def install() -> bool:
     autotune.install(default_first=True)
     _installed = True
     _self_check(interp)
-    from flashcheck import interp_bounds, interp_gpu  # docs/interpreter.md: bounds check, GPU semantics
+    from flashcheck import interp_bounds, interp_gpu, interp_speed  # docs/interpreter.md
     interp_bounds.install(interp)
     interp_gpu.install(interp)
+    interp_speed.install(interp)
     return True
 
 

@@ -474,3 +474,39 @@ def test_autotuned_kernels_found_through_module_and_closure() -> None:
     assert autotune.autotuned_kernels(make_closure()) == [_tuned_softmax_kernel]
     assert autotune.autotuned_kernels(_tuned_softmax_kernel) == [_tuned_softmax_kernel]
     assert autotune.tunings(naive_softmax) == []
+
+
+@triton.jit
+def _plus_one(x):
+    return x + 1.0
+
+
+@triton.jit
+def _helper_loop_kernel(out_ptr, N: tl.constexpr):
+    acc = tl.zeros((4,), tl.float32)
+    for _ in range(N):
+        acc = _plus_one(acc)
+    tl.store(out_ptr + tl.arange(0, 4), acc)
+
+
+@pytest.mark.skipif(not INTERPRET, reason="the interpreter's own language patching")
+def test_helper_calls_inside_a_launch_do_not_repatch_the_language(monkeypatch: pytest.MonkeyPatch) -> None:
+    """flashcheck.interp_speed: the language is patched once per launch, not once per helper call
+    (Triton re-scanned every module of triton.language at each call), and the launch still
+    restores it."""
+    import triton.runtime.interpreter as interp
+
+    scans = []
+    real = interp._patch_builtin
+    monkeypatch.setattr(interp, "_patch_builtin", lambda *a: (scans.append(1), real(*a))[1])
+    builtin = tl.program_id
+    _helper_loop_kernel[(1,)](torch.zeros(4, device=DEVICE), N=1)  # Triton's first launch patches more
+    counts = {}
+    for n in (3, 30):
+        out = torch.zeros(4, device=DEVICE)
+        scans.clear()
+        _helper_loop_kernel[(1,)](out, N=n)
+        counts[n] = len(scans)
+        assert torch.equal(out, torch.full((4,), float(n), device=DEVICE))
+    assert counts[3] == counts[30] > 0, counts
+    assert tl.program_id is builtin, "the launch restores the language it patched"

@@ -1,0 +1,63 @@
+"""Triton's interpreter without its repeated language patching (docs/interpreter.md).
+
+Triton 3.6's interpreter patches `triton.language` (every builtin of `tl`, `tl.tensor`, `tl.math`
+and `tl.core`, found by `inspect.getmembers`) at each launch, and again at every call of a
+`@triton.jit` helper from inside the kernel, without undoing the helper's patch: the launch's own
+patch is still in place then, so the repeat finds nothing left to patch and only pays for the
+scan. A kernel that calls helpers in its loops (the split and online softmax, attention's key
+blocks) spent a third of its CPU time there (cProfile of one ci-profile test, softmax_split fp32
+neg_inf_padding: 23.7 s of 72 s in 87,625 `_patch_builtin` calls).
+
+Here a helper called inside a launch is not patched again when the modules it sees (its globals'
+`tl` / `tl.core`; triton.language's own jit helpers see `core`) were patched earlier in that launch,
+by the launch or by a helper (whose patch Triton never undoes either); anything else is patched as
+before, and the launch restores what it patched, as before. Nothing a kernel computes changes.
+"""
+from __future__ import annotations
+
+import inspect
+import types
+
+_installed = False
+_LAUNCHES: list = []  # per launch in progress: the language modules its patch covers (None: not yet)
+
+
+def _langs(fn, tl, core) -> frozenset[int]:
+    return frozenset(id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and (v is tl or v is core))
+
+
+def install(interp: types.ModuleType) -> None:
+    """Hook into this process's Triton interpreter (idempotent)."""
+    global _installed
+    if _installed:
+        return
+    import triton.language as tl
+
+    from flashcheck.interpreter import _replace, patch_error
+
+    patch_lang = getattr(interp, "_patch_lang", None)
+    grid = getattr(interp, "GridExecutor", None)
+    if patch_lang is None or grid is None or "__call__" not in grid.__dict__ \
+            or not hasattr(interp, "_LangPatchScope"):
+        raise patch_error("triton.runtime.interpreter._patch_lang / GridExecutor.__call__ changed")
+    grid_call = grid.__dict__["__call__"]
+
+    def _patch_lang(fn):
+        langs = _langs(fn, tl, tl.core)
+        if _LAUNCHES and _LAUNCHES[-1] is not None and langs <= _LAUNCHES[-1]:
+            return interp._LangPatchScope()  # covered by the launch's patch: nothing to restore
+        scope = patch_lang(fn)
+        if _LAUNCHES:  # the launch's own patch, or a helper's (Triton never undoes those either)
+            _LAUNCHES[-1] = langs | (_LAUNCHES[-1] or frozenset())
+        return scope
+
+    def __call__(self, *args, **kwargs):
+        _LAUNCHES.append(None)
+        try:
+            return grid_call(self, *args, **kwargs)
+        finally:
+            _LAUNCHES.pop()
+
+    _replace(interp, "_patch_lang", _patch_lang)
+    _replace(grid, "__call__", __call__)
+    _installed = True
