@@ -6,7 +6,9 @@ from flashcheck.suite.conftest import pytest_configure, pytest_plugins  # noqa: 
 def pytest_collection_modifyitems(config, items) -> None:  # noqa: ANN001
     """CPU CI (two workers): the slowest tests first, by `tests/ci_durations.json` (seconds per test
     of a CI run on the 2-core machine; an unknown test counts as the median), so xdist does not end
-    on one long test started last. The GPU lane orders by its own file (`--order-from`)."""
+    on one long test started last; with xdist's default "load" scheduling the first consecutive batch
+    would hold every slow test, hence `--dist worksteal` (pyproject.toml). The GPU lane orders by its
+    own file (`--order-from`)."""
     from pathlib import Path
 
     from flashcheck.kernels import INTERPRET
