@@ -29,7 +29,3 @@ def attach() -> None:
         interpreter.install()
     registry.set_call_hook(faults.guarded_call)
     _ATTACHED[0] = True
-
-
-def attached() -> bool:
-    return _ATTACHED[0]
