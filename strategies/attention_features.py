@@ -113,13 +113,13 @@ def _diagonal_across_edge(case: Case, fmt: Format) -> bool:
     return any(off <= e - 2 and off + m - 1 >= e - 1 for e in range(16, n + 1, 16))
 
 
-def _bias_row_at_finite_min(mask: torch.Tensor) -> bool:
-    """A float bias with a whole row at one finite value <= -9000 (a row masked the BERT or Hugging
-    Face way; -10000 in bf16 is -9984)."""
+def _bias_row_at_finite_min(mask: torch.Tensor, at_most: float = -9.0e3) -> bool:
+    """A float bias with a whole row at one finite value <= at_most (a row masked the BERT or
+    Hugging Face way; -10000 in bf16 is -9984)."""
     if mask.dtype == torch.bool:
         return False
     m = mask.double()
-    row = (m == m[..., :1]).all(-1) & torch.isfinite(m[..., 0]) & (m[..., 0] <= -9.0e3)
+    row = (m == m[..., :1]).all(-1) & torch.isfinite(m[..., 0]) & (m[..., 0] <= at_most)
     return bool(row.any())
 
 
@@ -238,6 +238,9 @@ FEATURES = [
     Feature("attn_masks", "bias_row_masked_by_a_finite_min", _mask(_bias_row_at_finite_min)),
     Feature("split_kv", "more_splits_than_key_blocks", _splits(lambda c, s, n: s > -(-n // 16))),
     Feature("split_kv", "split_all_masked", _splits(_split_all_masked)),
+    # below the -1e4 a merge might start its running max at (every split of the row then drops)
+    Feature("split_kv", "split_row_masked_by_a_finite_min",
+            _splits(lambda c, s, n: "attn_mask" in c.tensors and _bias_row_at_finite_min(c.tensors["attn_mask"], -2.0e4))),
     Feature("varlen_batches", "empty_sequence", lambda c, f: 0 in _varlen_lens(c, "q") + _varlen_lens(c, "k")),
     Feature("varlen_batches", "length_1_sequence", lambda c, f: 1 in _varlen_lens(c, "q") + _varlen_lens(c, "k")),
     Feature("varlen_batches", "total_off_block_multiple",

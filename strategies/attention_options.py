@@ -215,7 +215,10 @@ def split_kv(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=N
              caps: Caps | None = None) -> Case:
     """Split-KV (flash-decoding): 2 to 7 splits, more splits than key blocks, and splits whose
     keys are all masked (kv_lens or a causal diagonal ending before them): their -inf states must
-    merge into nothing (FlashInfer #4051)."""
+    merge into nothing (FlashInfer #4051). Where the kernel takes an attn_mask, a query row masked
+    whole by a finite bias far below -1e4 (-3e4, the mask dtype's finfo.min): every split's
+    running max is that bias, and a merge whose max starts at a finite stand-in for -inf drops
+    them all and empties the row."""
     caps, fmt, lim = _caps(caps), _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh, shapes)
     b = max(1, min(2, lim.max_bh))
     h = 1
@@ -229,7 +232,13 @@ def split_kv(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=N
     parts = _Parts(_normal(rng, (b, h, m, d)), _normal(rng, (b, h, n, d)), _normal(rng, (b, h, n, d)),
                    causal=_causal(draw, caps), kv_lens=lens)
     parts.options = {"num_splits": splits}
-    return _finish(draw, parts, fmt, f"split_kv/{splits}", strided=strided)
+    label = f"split_kv/{splits}"
+    if "attn_mask" in caps and draw(st.booleans()):
+        parts.mask = np.zeros((m, n))
+        floor = draw(st.sampled_from([-3.0e4, float(torch.finfo(fmt.torch_dtype).min)]))
+        parts.mask[draw(st.integers(0, m - 1)), :] = floor
+        label += "/finite_min_row"
+    return _finish(draw, parts, fmt, label, strided=strided)
 
 
 @composite

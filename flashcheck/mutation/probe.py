@@ -143,6 +143,9 @@ def _attention_probe_inputs() -> Iterator[tuple[str, dict[str, Any]]]:
         yield f"{tag} lse", dict(q=q, k=k, v=v, return_lse=True)
         for splits in (2, 3):
             yield f"{tag} {splits} splits", dict(q=q, k=k, v=v, num_splits=splits, return_lse=True)
+        floor = torch.zeros(m, n, dtype=dtype, device=DEVICE)
+        floor[1] = -3.0e4  # every split of row 1 has its max near -3e4
+        yield f"{tag} 3 splits finite-min row", dict(q=q, k=k, v=v, num_splits=3, return_lse=True, attn_mask=floor)
         lens_q, lens_k = [0, 5, 17, 1], [3, 0, 40, 9]
         cq = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
         ck = torch.tensor([0, *torch.tensor(lens_k).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
@@ -180,10 +183,9 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
     original = _load_original(spec["module"])
     family = spec["family"]
     fns = [f for f in _PUBLIC[family] if f in spec["specs"]] or list(_PUBLIC[family])
-    if spec["module"] == "_common":  # the helpers are reached through the family's kernels module
-        import flashcheck.kernels.softmax as km_soft  # noqa: F401
+    if spec["module"] != family:  # a helper module (_common, the merge) is reached through the family's module
         mutated = importlib.import_module(f"flashcheck.kernels.{family}")
-        original = _load_original_with_common(family)
+        original = _load_original_with(spec["module"], family)
     count = 0
     inputs = _softmax_probe_inputs() if family == "softmax" else _attention_probe_inputs()
     for label, inp in inputs:
@@ -201,11 +203,17 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
     return {"identical": True, "probes": count}
 
 
-def _load_original_with_common(family: str):  # noqa: ANN202
-    """The family module bound to an unmutated copy of _common (for _common mutants)."""
-    src = module_file(family).read_text().replace("from ._common import", "from ._original__common import")
-    _load_original("_common")
-    name = f"flashcheck.kernels._original_{family}_c"
+def _load_original_with(helper: str, family: str):  # noqa: ANN202
+    """The family module bound to an unmutated copy of `helper`: loaded by file, the family's
+    relative import of the helper would otherwise resolve to the mutant itself, and the probe
+    would compare the mutant with itself."""
+    src = module_file(family).read_text()
+    stmt = f"from .{helper} import"
+    if stmt not in src:
+        raise RuntimeError(f"kernels/{family}.py has no `{stmt}`: cannot bind it to the original {helper}")
+    src = src.replace(stmt, f"from ._original_{helper} import")
+    _load_original(helper)
+    name = f"flashcheck.kernels._original_{family}_{helper}"
     tmp = Path(tempfile.mkdtemp(prefix="mutant-orig-")) / f"{family}.py"
     tmp.write_text(src)
     spec = importlib.util.spec_from_file_location(name, tmp)
@@ -213,8 +221,6 @@ def _load_original_with_common(family: str):  # noqa: ANN202
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
-
-
 
 
 def probe_main() -> None:
