@@ -241,6 +241,7 @@ def install() -> bool:
     import triton.runtime.interpreter as interp
 
     _check_internals(interp)
+    _patch_index(interp)
     _patch_builder(interp)
     _patch_reduce_scan(interp)
     from flashcheck import autotune
@@ -253,6 +254,23 @@ def install() -> bool:
     interp_gpu.install(interp)
     interp_speed.install(interp)
     return True
+
+
+def _patch_index(interp: types.ModuleType) -> None:
+    """A scalar used as an index or a loop bound (`range(lo, hi, BLOCK)` with run-time `lo`): Triton
+    3.6 converts it with `int(ndarray)`, which NumPy >= 2.4 refuses for the 1-element arrays its
+    scalars are, so every kernel with a run-time loop bound failed with an InterpreterError (and a
+    broken environment looked like a broken kernel). `.item()` takes the one element."""
+    patch_tensor = getattr(interp, "_patch_lang_tensor", None)
+    if patch_tensor is None:
+        raise patch_error("triton.runtime.interpreter._patch_lang_tensor is missing")
+
+    def _patch_lang_tensor(tensor, scope) -> None:  # noqa: ANN001
+        patch_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0])
+                       if self.handle.data.size == 1 else int(self.handle.data))
+
+    _replace(interp, "_patch_lang_tensor", _patch_lang_tensor)
 
 
 def _patch_builder(interp: types.ModuleType) -> None:

@@ -510,3 +510,27 @@ def test_helper_calls_inside_a_launch_do_not_repatch_the_language(monkeypatch: p
         assert torch.equal(out, torch.full((4,), float(n), device=DEVICE))
     assert counts[3] == counts[30] > 0, counts
     assert tl.program_id is builtin, "the launch restores the language it patched"
+
+
+@needs_interpreter
+def test_run_time_loop_bounds_convert_without_int_of_an_array() -> None:
+    """NumPy >= 2.4 refuses `int()` of a 1-element array, which Triton 3.6's interpreter used for
+    every scalar index and run-time loop bound: each kernel with `range(lo, hi, BLOCK)` failed, and
+    a mutation run on such a machine counted that as killing every mutant."""
+    import triton.runtime.interpreter as interp
+
+    fi.install()
+
+    class _Strict(np.ndarray):  # NumPy 2.4's conversion rule, on any NumPy
+        def __int__(self) -> int:
+            if self.ndim:
+                raise TypeError("only 0-dimensional arrays can be converted to Python scalars")
+            return int(self.item())
+
+    scope = interp._LangPatchScope()
+    interp._patch_lang_tensor(tl.tensor, scope)
+    try:
+        bound = tl.tensor(interp.TensorHandle(np.array([7], dtype=np.int32).view(_Strict), tl.int32), tl.int32)
+        assert list(range(0, bound, 3)) == [0, 3, 6]
+    finally:
+        scope.restore()

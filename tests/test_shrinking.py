@@ -89,3 +89,26 @@ def test_mutation_resume_runs_undecided_results_again() -> None:
     store = {"k": {"status": "killed"}, "s": {"status": "survived"}, "e": {"status": "error"},
              "t": {"status": "timed_out"}, "q": {"status": "equivalent_candidate"}}
     assert [key for key in "ksetqx" if decided(store, key)] == ["k", "s", "q"]
+
+
+def test_a_kill_counts_only_where_the_unmutated_kernels_pass_the_test(monkeypatch) -> None:
+    """An environment that fails every test (Triton 3.6's interpreter under NumPy 2.4 did) once
+    "killed" every mutant: each kill is confirmed against the unmodified module, or it is an error."""
+    import flashcheck.killrun as killrun
+    from flashcheck.mutation import runner
+    from flashcheck.mutation.generate import all_mutants
+
+    m = next(x for x in all_mutants(modules=["attention_merge"]) if x.operator == "off_by_one")
+    calls = []
+
+    def fake(args, **kw):  # noqa: ANN001, ANN003
+        calls.append(args[0])
+        failed = [{"nodeid": "t.py::test_x", "summary": "InterpreterError: TypeError(...)"}]
+        return {"returncode": 1, "timed_out": False, "wall_seconds": 1.0, "tail": "",
+                "data": {"tests_failed": failed, "first": {"message": "InterpreterError"}}}
+
+    monkeypatch.setattr(killrun, "run_pytest", fake)
+    monkeypatch.setattr(runner, "_BASELINE", {})
+    r = runner.run_mutant(m, timeout=5)
+    assert r["status"] == "error" and "fails on the unmutated kernels too" in r["message"]
+    assert calls[-1] == "t.py::test_x"  # the baseline ran the killing test alone

@@ -26,11 +26,11 @@ def _git(*args: str) -> str:
 
 def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triage: dict[str, str],
                 runs: list[dict[str, Any]]) -> str:
-    rows = [(m, dict(results[m.key], status=classify(results[m.key]["returncode"],
-                                                     results[m.key]["status"] == "timed_out",
-                                                     bool(results[m.key]["caught_by_test"]),
-                                                     results[m.key]["probe"])))
-            for m in mutants if m.key in results]
+    def status(r: dict[str, Any]) -> str:  # an unconfirmed kill (runner.baseline_failure) stays an error
+        return "error" if r["status"] == "error" else classify(r["returncode"], r["status"] == "timed_out",
+                                                               bool(r["caught_by_test"]), r["probe"])
+
+    rows = [(m, dict(results[m.key], status=status(results[m.key]))) for m in mutants if m.key in results]
     errors = [m.id for m, r in rows if r["status"] == "error"]
     rows = [(m, r) for m, r in rows if r["status"] != "error"]
     commit = _git("log", "-1", "--format=%h %cs", "--", "kernels/")

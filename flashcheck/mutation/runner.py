@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -60,6 +61,46 @@ def _probe_first(spec_file: Path, probe_out: Path, timeout: float) -> dict[str, 
     return json.loads(probe_out.read_text()) if probe_out.exists() else None
 
 
+_BASELINE: dict[tuple[str, str], Any] = {}  # (module, test node id) -> Future[str | None]
+_BASELINE_LOCK = threading.Lock()
+
+
+def baseline_failure(module: str, family: str, nodeid: str, *, timeout: float) -> str | None:
+    """Run the test that killed a mutant against the unmodified module, installed the way mutants
+    are: None when it passes. A kill counts only then: where the test fails unmutated too (an
+    interpreter that cannot run on this machine's NumPy once "killed" every mutant), it is the
+    environment, not the mutant. Once per (module, test) for the whole run."""
+    from concurrent.futures import Future
+
+    from flashcheck.killrun import run_pytest
+    from flashcheck.mutation.generate import module_file
+
+    with _BASELINE_LOCK:
+        fut = _BASELINE.get((module, nodeid))
+        owner = fut is None
+        if owner:
+            fut = _BASELINE[(module, nodeid)] = Future()
+    if not owner:
+        return fut.result()
+    tmp = Path(tempfile.mkdtemp(prefix="mutant-baseline-"))
+    try:
+        (tmp / f"{module}.py").write_text(module_file(module).read_text())
+        spec_file = tmp / "mutant.json"
+        spec_file.write_text(json.dumps({"module": module, "family": family, "path": str(tmp / f"{module}.py"),
+                                         "specs": [], "probe_out": str(tmp / "probe.json")}))
+        r = run_pytest([nodeid, f"--family={family}", "--no-save-fixtures"], env_extra={MUTANT_ENV: str(spec_file)},
+                       shrink=False, timeout=timeout)
+        failed = r["data"].get("tests_failed") or []
+        why = None if r["returncode"] == 0 and not r["timed_out"] else (
+            failed[0]["summary"] if failed else f"exit {r['returncode']}" + (" (timed out)" if r["timed_out"] else ""))
+    except Exception as exc:  # noqa: BLE001  (a waiting thread must not hang on an unset future)
+        why = f"{type(exc).__name__}: {exc}"
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    fut.set_result(why)
+    return why
+
+
 def run_mutant(m: Mutant, *, timeout: float, probe_first: bool = False) -> dict[str, Any]:
     """Run the suite against one mutant. probe_first: run the bit-equivalence probe before the suite
     and skip the suite when the mutant is bit-identical on every probe (status
@@ -86,6 +127,12 @@ def run_mutant(m: Mutant, *, timeout: float, probe_first: bool = False) -> dict[
     failed = data.get("tests_failed") or []
     pr = json.loads(probe_out.read_text()) if probe_out.exists() else None
     status = classify(rc, r["timed_out"], bool(failed), pr)
+    message = (first.get("message") or (failed[0]["summary"] if failed else ""))[:600]
+    if status == "killed":
+        why = baseline_failure(m.module, m.family, failed[0]["nodeid"], timeout=timeout)
+        if why is not None:
+            status = "error"
+            message = f"not a kill: {failed[0]['nodeid']} fails on the unmutated kernels too ({why[:300]})"
     for p in tmp.iterdir():
         p.unlink()
     tmp.rmdir()
@@ -97,7 +144,7 @@ def run_mutant(m: Mutant, *, timeout: float, probe_first: bool = False) -> dict[
         "seconds_to_kill": first.get("seconds"),  # inside pytest, to the first failing check
         "caught_by_test": failed[0]["nodeid"] if failed else None,
         "caught_by_property": first.get("property"), "exception": first.get("exception"),
-        "message": (first.get("message") or (failed[0]["summary"] if failed else ""))[:600],
+        "message": message,
         "tests_passed": data.get("tests_passed"), "probe": pr, "suite_skipped": bool(early and early.get("identical")),
         "output_tail": None if status == "killed" else r["tail"][-1500:],
     }
