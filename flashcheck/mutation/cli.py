@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report", type=Path, nargs="?", const=DEFAULT_REPORT, default=None,
                    help=f"write the markdown report (default {DEFAULT_REPORT.relative_to(HOME)}) from the store")
     p.add_argument("--no-run", action="store_true", help="only write the report from the store")
+    p.add_argument("--on", default="Triton interpreter (CPU)",
+                   help="where the store's mutants ran, for the report's heading (e.g. \"NVIDIA H200, compiled\")")
     args = p.parse_args(argv)
     runner.FIRST_SPEC_ONLY = args.first_spec_only
     runner.ONLY_SPECS = tuple(args.spec or ())
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         triage = json.loads(TRIAGE_FILE.read_text()) if TRIAGE_FILE.exists() else {}
         runs_path = runs_file(args.store)
         runs = json.loads(runs_path.read_text()) if runs_path.exists() else []
-        args.report.write_text(to_markdown(every, results, triage, runs))
+        args.report.write_text(to_markdown(every, results, triage, runs, args.on))
         print(f"wrote {args.report}")
     rs = [results[m.key] for m in chosen if m.key in results]
     return 1 if any(r["status"] == "survived" for r in rs) else 0

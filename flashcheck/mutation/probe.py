@@ -89,6 +89,9 @@ def _softmax_probe_inputs() -> Iterator[tuple[str, Any]]:
             r = rng.standard_normal(n)
             r[: max(1, n // 3)] = -np.inf
             rows.append(r)
+            # every value far below -1e4 (fp16: -inf): a running max started at a finite
+            # stand-in for -inf (-1e4) underflows each exp and empties the row
+            rows.append(rng.standard_normal(n) - 1e9)
             r = rng.standard_normal(n)
             r[n // 2] = np.nan
             rows.append(r)
@@ -139,6 +142,8 @@ def _attention_probe_inputs() -> Iterator[tuple[str, dict[str, Any]]]:
         keep = torch.rand(b, 1, m, n, generator=g).to(DEVICE) < 0.6
         keep[:, :, 0, :] = False  # a row that sees nothing
         yield f"{tag} bool mask", dict(q=q, k=k, v=v, attn_mask=keep)
+        # with the kernel's own visibility too: a mask that replaced it rather than adding to it
+        yield f"{tag} bool mask causal", dict(q=q, k=k, v=v, attn_mask=keep, causal=True)
         yield f"{tag} float mask", dict(q=q, k=k, v=v, attn_mask=rnd(1, h, m, n, dtype=dtype, s=3.0))
         yield f"{tag} lse", dict(q=q, k=k, v=v, return_lse=True)
         for splits in (2, 3):
@@ -156,6 +161,14 @@ def _attention_probe_inputs() -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 _PUBLIC = {"softmax": ("softmax_row", "softmax_online", "softmax_split"), "attention": ("attention",)}
+# Each function with its defaults and with the interpreter's small blocks: a GPU's defaults (4096
+# lanes, 32768-column spans merged 1024 at a time) take the probes' rows of at most 2500 columns in
+# one chunk, so the loops over chunks, spans and merge steps ran nowhere, and a GPU run called
+# every mutant of them bit-identical without running its suite.
+_GPU_KNOBS: dict[str, tuple[dict[str, int], ...]] = {
+    "softmax_online": ({}, {"block_n": 64}),
+    "softmax_split": ({}, {"block_n": 32, "chunks_per_block": 2, "merge_block": 4}),
+}
 
 
 def same_bits(a: Any, b: Any) -> bool:
@@ -177,6 +190,7 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
     import importlib
 
     from flashcheck import kernel_hooks
+    from flashcheck.kernels import INTERPRET
 
     mutated = importlib.import_module(f"flashcheck.kernels.{spec['module']}")
     kernel_hooks.attach()  # after the mutant's import: the kernels' first import stays the mutant's
@@ -192,14 +206,16 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
         kwargs = dict(inp) if isinstance(inp, dict) else {"x": inp}
         only = kwargs.pop("_fn", None)  # a probe for one public function (varlen)
         for f in ([only] if only else fns):
-            try:
-                got = getattr(mutated, f)(**kwargs)
-            except Exception as exc:  # noqa: BLE001
-                return {"identical": False, "probes": count, "witness": f"{f} on {label}: raised {type(exc).__name__}: {exc}"}
-            want = getattr(original, f)(**kwargs)
-            count += 1
-            if not same_bits(got, want):
-                return {"identical": False, "probes": count, "witness": f"{f} on {label}: different bits"}
+            for knobs in ({},) if INTERPRET else _GPU_KNOBS.get(f, ({},)):  # (the same blocks there)
+                at = f"{f}({', '.join(f'{k}={v}' for k, v in knobs.items())}) on {label}"
+                try:
+                    got = getattr(mutated, f)(**kwargs, **knobs)
+                except Exception as exc:  # noqa: BLE001
+                    return {"identical": False, "probes": count, "witness": f"{at}: raised {type(exc).__name__}: {exc}"}
+                want = getattr(original, f)(**kwargs, **knobs)
+                count += 1
+                if not same_bits(got, want):
+                    return {"identical": False, "probes": count, "witness": f"{at}: different bits"}
     return {"identical": True, "probes": count}
 
 

@@ -25,7 +25,7 @@ def _git(*args: str) -> str:
 
 
 def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triage: dict[str, str],
-                runs: list[dict[str, Any]]) -> str:
+                runs: list[dict[str, Any]], where: str = "Triton interpreter (CPU)") -> str:
     def status(r: dict[str, Any]) -> str:  # an unconfirmed kill (runner.baseline_failure) stays an error
         return "error" if r["status"] == "error" else classify(r["returncode"], r["status"] == "timed_out",
                                                                bool(r["caught_by_test"]), r["probe"])
@@ -35,8 +35,8 @@ def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triag
     rows = [(m, r) for m, r in rows if r["status"] != "error"]
     commit = _git("log", "-1", "--format=%h %cs", "--", "kernels/")
     out = ["# flashcheck mutation score", "",
-           f"{_dt.date.today().isoformat()}; kernels at commit {commit} (`git log -1 -- kernels/`); Triton "
-           "interpreter (CPU). Every `@triton.jit` function of `kernels/` mutated one node at a time "
+           f"{_dt.date.today().isoformat()}; kernels at commit {commit} (`git log -1 -- kernels/`); {where}. "
+           "Every `@triton.jit` function of `kernels/` mutated one node at a time "
            "(`flashcheck/mutation/`); each mutant runs the ci suite of the kernels it changes with `-x`, "
            "Hypothesis shrinking skipped. **Score** = detected / (run - equivalent - timed out): detected = "
            "killed (a test failed) + crashed (the test process died of a signal, e.g. an out-of-bounds "
