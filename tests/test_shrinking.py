@@ -112,3 +112,18 @@ def test_a_kill_counts_only_where_the_unmutated_kernels_pass_the_test(monkeypatc
     r = runner.run_mutant(m, timeout=5)
     assert r["status"] == "error" and "fails on the unmutated kernels too" in r["message"]
     assert calls[-1] == "t.py::test_x"  # the baseline ran the killing test alone
+
+
+def test_every_triage_argument_names_a_mutant_generated_today() -> None:
+    """The triage is keyed by mutant id, which holds a line number: when a kernel's lines move, an
+    argument left under the old id argues for nothing and its mutant goes unargued (nine softmax
+    arguments had drifted so)."""
+    import json
+
+    from flashcheck import HOME
+    from flashcheck.mutation.generate import all_mutants
+    from flashcheck.mutation.report import TRIAGE_FILE
+
+    ids = {m.id for m in all_mutants()}
+    stale = sorted(set(json.loads(TRIAGE_FILE.read_text())) - ids)
+    assert not stale, f"{TRIAGE_FILE.relative_to(HOME)} argues for mutants no longer generated: {stale}"
