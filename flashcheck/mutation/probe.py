@@ -148,6 +148,13 @@ def _attention_probe_inputs() -> Iterator[tuple[str, dict[str, Any]]]:
         yield f"{tag} lse", dict(q=q, k=k, v=v, return_lse=True)
         for splits in (2, 3):
             yield f"{tag} {splits} splits", dict(q=q, k=k, v=v, num_splits=splits, return_lse=True)
+        # causal: the first row sees one key, so its sum is exactly 1 (an lse guard against 0 that
+        # tests 1 instead shows only there)
+        yield f"{tag} 3 splits causal", dict(q=q, k=k, v=v, num_splits=3, return_lse=True, causal=True)
+        # a batch with no key at all and one whose later splits are empty: every split of a row
+        # -inf, the state the merge must keep finite (no -inf - -inf)
+        kv = torch.tensor([0, n // 3], dtype=torch.int32, device=DEVICE)
+        yield f"{tag} 3 splits kv_lens {kv.tolist()}", dict(q=q, k=k, v=v, num_splits=3, return_lse=True, kv_lens=kv)
         floor = torch.zeros(m, n, dtype=dtype, device=DEVICE)
         floor[1] = -3.0e4  # every split of row 1 has its max near -3e4
         yield f"{tag} 3 splits finite-min row", dict(q=q, k=k, v=v, num_splits=3, return_lse=True, attn_mask=floor)
