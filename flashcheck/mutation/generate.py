@@ -187,8 +187,12 @@ def generate(target: Target, *, operators: list[str] | None = None, functions: l
             if ctx.get("no_const"):
                 ctx.pop("arith_operand", None)
 
+            # ast.get_source_segment re-splits the whole module per call; the offsets are a and b's
+            # (col offsets count bytes: the kernels are ASCII)
             def seg(n: ast.AST) -> str:
-                return ast.get_source_segment(source, n) or ""
+                if getattr(n, "end_lineno", None) is None:
+                    return ""
+                return source[starts[n.lineno - 1] + n.col_offset:starts[n.end_lineno - 1] + n.end_col_offset]
 
             a = starts[node.lineno - 1] + node.col_offset
             b = starts[node.end_lineno - 1] + node.end_col_offset
