@@ -61,6 +61,17 @@ def _probe_first(spec_file: Path, probe_out: Path, timeout: float) -> dict[str, 
     return json.loads(probe_out.read_text()) if probe_out.exists() else None
 
 
+def _install_spec(tmp: Path, module: str, family: str, source: str, specs: tuple[str, ...]) -> tuple[Path, Path]:
+    """`source` as kernels/<module>.py in `tmp` and the spec file that makes the probe plugin
+    (MUTANT_ENV) import it in place of the module: (spec file, where a probe writes its result)."""
+    path = tmp / f"{module}.py"
+    path.write_text(source)
+    spec_file, probe_out = tmp / "mutant.json", tmp / "probe.json"
+    spec_file.write_text(json.dumps({"module": module, "family": family, "path": str(path), "specs": list(specs),
+                                     "probe_out": str(probe_out)}))
+    return spec_file, probe_out
+
+
 _BASELINE: dict[tuple[str, str], Any] = {}  # (module, test node id) -> Future[str | None]
 _BASELINE_LOCK = threading.Lock()
 
@@ -84,10 +95,7 @@ def baseline_failure(module: str, family: str, nodeid: str, *, timeout: float) -
         return fut.result()
     tmp = Path(tempfile.mkdtemp(prefix="mutant-baseline-"))
     try:
-        (tmp / f"{module}.py").write_text(module_file(module).read_text())
-        spec_file = tmp / "mutant.json"
-        spec_file.write_text(json.dumps({"module": module, "family": family, "path": str(tmp / f"{module}.py"),
-                                         "specs": [], "probe_out": str(tmp / "probe.json")}))
+        spec_file, _ = _install_spec(tmp, module, family, module_file(module).read_text(), ())
         r = run_pytest([nodeid, f"--family={family}", "--no-save-fixtures"], env_extra={MUTANT_ENV: str(spec_file)},
                        shrink=False, timeout=timeout)
         failed = r["data"].get("tests_failed") or []
@@ -108,12 +116,7 @@ def run_mutant(m: Mutant, *, timeout: float, probe_first: bool = False) -> dict[
     from flashcheck.killrun import run_pytest
 
     tmp = Path(tempfile.mkdtemp(prefix="mutant-"))
-    path = tmp / f"{m.module}.py"
-    path.write_text(m.source)
-    spec_file = tmp / "mutant.json"
-    probe_out = tmp / "probe.json"
-    spec_file.write_text(json.dumps({"module": m.module, "family": m.family, "path": str(path),
-                                     "specs": list(m.specs), "probe_out": str(probe_out)}))
+    spec_file, probe_out = _install_spec(tmp, m.module, m.family, m.source, m.specs)
     early = _probe_first(spec_file, probe_out, timeout) if probe_first else None
     if early and early.get("identical"):
         r = {"returncode": 0, "timed_out": False, "wall_seconds": 0.0, "tail": "suite skipped: bit-identical on the probes",
@@ -133,9 +136,7 @@ def run_mutant(m: Mutant, *, timeout: float, probe_first: bool = False) -> dict[
         if why is not None:
             status = "error"
             message = f"not a kill: {failed[0]['nodeid']} fails on the unmutated kernels too ({why[:300]})"
-    for p in tmp.iterdir():
-        p.unlink()
-    tmp.rmdir()
+    shutil.rmtree(tmp, ignore_errors=True)
     return {
         "id": m.id, "key": m.key, "module": m.module, "family": m.family, "function": m.function,
         "operator": m.operator, "line": m.line, "description": m.description, "specs": list(m.specs),
