@@ -8,7 +8,6 @@ import importlib.util
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -206,7 +205,7 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
     fns = [f for f in _PUBLIC[family] if f in spec["specs"]] or list(_PUBLIC[family])
     if spec["module"] != family:  # a helper module (_common, the merge) is reached through the family's module
         mutated = importlib.import_module(f"flashcheck.kernels.{family}")
-        original = _load_original_with(spec["module"], family)
+        original = _load_original_with(spec["module"], family, Path(spec["path"]).parent)
     count = 0
     inputs = _softmax_probe_inputs() if family == "softmax" else _attention_probe_inputs()
     for label, inp in inputs:
@@ -226,10 +225,11 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
     return {"identical": True, "probes": count}
 
 
-def _load_original_with(helper: str, family: str):  # noqa: ANN202
+def _load_original_with(helper: str, family: str, where: Path):  # noqa: ANN202
     """The family module bound to an unmutated copy of `helper`: loaded by file, the family's
     relative import of the helper would otherwise resolve to the mutant itself, and the probe
-    would compare the mutant with itself."""
+    would compare the mutant with itself. The copy goes in `where`, the mutant's own folder,
+    which the runner removes with it."""
     src = module_file(family).read_text()
     stmt = f"from .{helper} import"
     if stmt not in src:
@@ -237,9 +237,9 @@ def _load_original_with(helper: str, family: str):  # noqa: ANN202
     src = src.replace(stmt, f"from ._original_{helper} import")
     _load_original(helper)
     name = f"flashcheck.kernels._original_{family}_{helper}"
-    tmp = Path(tempfile.mkdtemp(prefix="mutant-orig-")) / f"{family}.py"
-    tmp.write_text(src)
-    spec = importlib.util.spec_from_file_location(name, tmp)
+    copy = where / f"_original_{family}.py"
+    copy.write_text(src)
+    spec = importlib.util.spec_from_file_location(name, copy)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
