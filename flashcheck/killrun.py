@@ -96,6 +96,14 @@ def _watch(name: str, fn):
     return watched
 
 
+def pytest_runtest_logstart(nodeid, location) -> None:  # noqa: ANN001
+    if not _active():
+        return
+    # Overwritten at each test's start: when the run is killed at its time limit, this names the
+    # test that was running (a hang), which the end-of-session JSON never gets to say.
+    Path(os.environ[KILL_ENV] + ".running").write_text(json.dumps({"nodeid": nodeid, "t": time.time()}))
+
+
 def pytest_runtest_logreport(report) -> None:  # noqa: ANN001
     if not _active():
         return
@@ -129,7 +137,8 @@ def run_pytest(args: list[str], *, env_extra: dict[str, str] | None = None, shri
                timeout: float = 900) -> dict[str, Any]:
     """`pytest ARGS -p flashcheck.killrun` in a subprocess (the ci profile, one process, no
     cache), measured by this plugin: returncode, timed_out, wall_seconds, the output's tail and the
-    plugin's JSON (`data`). shrink=False skips Hypothesis's shrink phase. Also used by
+    plugin's JSON (`data`; after a timeout, `data["hung_test"]` names the test that was running and
+    for how long). shrink=False skips Hypothesis's shrink phase. Also used by
     flashcheck.mutation.runner."""
     tmp = Path(tempfile.mkdtemp(prefix="kill-run-"))
     result_json = tmp / "result.json"
@@ -153,5 +162,9 @@ def run_pytest(args: list[str], *, env_extra: dict[str, str] | None = None, shri
         rc, tail = -1, f"timed out after {timeout}s\n" + str(e.stdout or "")[-2000:]
     wall = time.perf_counter() - t0
     data = json.loads(result_json.read_text()) if result_json.exists() else {}
+    running = result_json.with_name(result_json.name + ".running")
+    if timed_out and running.exists():
+        started = json.loads(running.read_text())
+        data["hung_test"] = {"nodeid": started["nodeid"], "seconds": round(time.time() - started["t"], 1)}
     shutil.rmtree(tmp, ignore_errors=True)
     return {"returncode": rc, "timed_out": timed_out, "wall_seconds": round(wall, 1), "tail": tail, "data": data}

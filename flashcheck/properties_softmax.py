@@ -363,7 +363,7 @@ def tunings_within_bound(spec: KernelSpec, case: Case) -> None:
     x64 = to_float64(x)
     for cfg in spec.tunings:
         y = _run(spec, x, **cfg)
-        c = compare_softmax(x64, to_float64(y), format_of(y.dtype), depth=spec.summation_depth(x.shape[1]))
+        c = compare_softmax(x64, to_float64(y), format_of(y.dtype), depth=spec.summation_depth(x.shape[1], **cfg))
         if c.violations.any():
             r, k = np.unravel_index(int(np.argmax(np.where(c.violations, c.dist, -1))), c.dist.shape)
             raise AssertionError(f"{spec.name}: launch configuration {cfg} exceeds the bound at [{r}, {k}]: "

@@ -121,15 +121,30 @@ class KernelSpec:
             return self.block_n, max(1, -(-n // self.block_n))
         return max(n, 1), max(n, 1)
 
-    def summation_depth(self, n: int) -> int:
-        """Depth of the sum's rounding chain for a row of n (n, recursive summation, if unknown)."""
-        return n if self.depth is None else self.depth(n)
+    def summation_depth(self, n: int, **launch: Any) -> int:
+        """Depth of the sum's rounding chain for a row of n (n, recursive summation, if unknown),
+        at the default launch or at `launch` (one of `tunings`: chunk sizes change the depth)."""
+        if self.depth is None:
+            return n
+        return self.depth(n, **launch) if launch and _takes(self.depth, launch) else self.depth(n)
 
     def __repr__(self) -> str:  # short ids in pytest output
         return f"KernelSpec({self.name})"
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # Hypothesis's falsifying-example printer
         p.text(repr(self))
+
+
+def _takes(fn: Callable, kwargs: dict[str, Any]) -> bool:
+    """Whether fn accepts these keywords (an author's depth callable may take n alone)."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    names = {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+    return any(p.kind == p.VAR_KEYWORD for p in params) or set(kwargs) <= names
 
 
 #: (fn, name, args, kwargs) -> fn's result: what every call of a spec's kernel goes through. The

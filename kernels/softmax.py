@@ -503,11 +503,13 @@ def _gpu_sum_depth(block: int, warps: int, rows: int) -> int:
     return worst
 
 
-def row_depth(n: int) -> int:
-    """Row kernel: one tl.sum over the padded row, for any M (rows per program) and dtype."""
+def row_depth(n: int, *, rows_per_program: int | None = None, num_warps: int | None = None,
+              block_n: int | None = None) -> int:
+    """Row kernel: one tl.sum over the padded row, for any M (rows per program) and dtype; the
+    knobs as the launcher takes them (a tuning's depth is its own)."""
     d = 1
     for m in (1, 1 << 20):
-        cfg = row_config(m, n)
+        cfg = row_config(m, n, rows_per_program=rows_per_program, num_warps=num_warps, block_n=block_n)
         d = max(d, _gpu_sum_depth(cfg.block_n, cfg.num_warps, cfg.rows), _numpy_sum_depth(cfg.block_n))
     return d
 
@@ -519,18 +521,19 @@ def row_depth(n: int) -> int:
 _STEP, _RESCALE = 6, 5
 
 
-def online_depth(n: int) -> int:
+def online_depth(n: int, *, block_n: int | None = None, num_warps: int | None = None) -> int:
     worst = 1
     for dt in (torch.float16, torch.float32):
-        b = online_config(n, dt).block
+        b = online_config(n, dt, block_n=block_n).block
         worst = max(worst, _STEP * -(-n // b) + _RESCALE + _log2c(b))
     return worst
 
 
-def split_depth(n: int) -> int:
+def split_depth(n: int, *, block_n: int | None = None, chunks_per_block: int | None = None,
+                merge_block: int | None = None, num_warps: int | None = None, merge_warps: int | None = None) -> int:
     worst = 1
     for dt in (torch.float16, torch.float32):
-        c = split_config(n, dt)
+        c = split_config(n, dt, block_n=block_n, chunks_per_block=chunks_per_block, merge_block=merge_block)
         chain = _STEP * min(c.iters, -(-n // c.block)) + _RESCALE + _log2c(c.block)
         merge = _STEP * -(-c.n_blocks(n) // c.merge_block) + _RESCALE + _log2c(c.merge_block)
         worst = max(worst, chain + merge)

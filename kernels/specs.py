@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+from ._runtime import INTERPRET as _INTERPRET
 from .registry import KernelSpec, register
 from .softmax import (
     DISPATCH_ROW_MAX_N, ROW_MAX_N, online_depth, row_depth, softmax, softmax_depth, softmax_online, softmax_row, softmax_split,
@@ -21,11 +22,22 @@ register(KernelSpec(
     depth=row_depth,
     # tl.sum's order follows the launch layout: rows per program, warps and block width all
     # change it (a soak run found block_n=2048 changing fp32 bits), so none of these knobs is
-    # a bit-identical configuration; each must still meet the bound.
-    tunings=({"rows_per_program": 1}, {"rows_per_program": 4, "num_warps": 2}, {"block_n": 2048}),
+    # a bit-identical configuration; each must still meet the bound. Two rows in 16 warps keep
+    # at most 128 values a thread at N = ROW_MAX_N (4 rows in 2 warps held 2048, spilled, and
+    # took minutes to compile on an H200).
+    tunings=({"rows_per_program": 1}, {"rows_per_program": 2, "num_warps": 16}, {"block_n": 2048}),
     description="one program holds whole rows in registers",
 ))
 
+
+# The GPU's chunks (4096 lanes; split spans of 32768 columns, merged 1024 pairs at a time) leave
+# most drawn rows in one chunk and one span, where the rescale between chunks, the merge of
+# several spans and its loop never run: a GPU mutation run left six mutants of the merge alive
+# that the interpreter's small chunks kill at once. So on a GPU each also runs at the
+# interpreter's chunk sizes, which must meet the bound too; in the interpreter those are the
+# defaults already.
+SMALL_CHUNKS = {"softmax_online": () if _INTERPRET else ({"block_n": 64},),
+                "softmax_split": () if _INTERPRET else ({"block_n": 32, "chunks_per_block": 2, "merge_block": 4},)}
 
 # Online and split-row: the bits depend on the chunk sizes (block_n, chunks_per_block,
 # merge_block: the sums reassociate) but not on num_warps (per-lane state plus a fixed
@@ -36,6 +48,7 @@ register(KernelSpec(
     fn=softmax_online,
     depth=online_depth,
     configs=({"num_warps": 1}, {"num_warps": 4}, {"num_warps": 16}),
+    tunings=SMALL_CHUNKS["softmax_online"],
     description="one program per row, running (max, sum) per lane over chunks, then a normalize pass",
 ))
 
@@ -46,6 +59,7 @@ register(KernelSpec(
     depth=split_depth,
     configs=({"num_warps": 1, "merge_warps": 1}, {"num_warps": 4, "merge_warps": 8},
              {"num_warps": 16, "merge_warps": 2}),
+    tunings=SMALL_CHUNKS["softmax_split"],
     description="many programs per row give (max, sum) pairs, a looped merge, a normalize pass",
 ))
 
@@ -60,7 +74,6 @@ register(KernelSpec(
 
 
 # ---- attention (kernels/attention.py) --------------------------------------------------------
-from ._runtime import INTERPRET as _INTERPRET  # noqa: E402
 from .attention import (  # noqa: E402
     MAX_HEAD_DIM as _ATTN_MAX_D, attention as _attention, attention_varlen as _attention_varlen,
     attn_config as _attn_config,

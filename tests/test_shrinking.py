@@ -9,6 +9,7 @@ drawn from a seed, one of which mattered).
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, Phase, find, settings, strategies as st
 
 from flashcheck.mutation.probe import same_bits
@@ -112,6 +113,40 @@ def test_a_kill_counts_only_where_the_unmutated_kernels_pass_the_test(monkeypatc
     r = runner.run_mutant(m, timeout=5)
     assert r["status"] == "error" and "fails on the unmutated kernels too" in r["message"]
     assert calls[-1] == "t.py::test_x"  # the baseline ran the killing test alone
+
+
+@pytest.mark.parametrize("unmutated_wall,expect", [(2.0, "hung"), (30.0, "timed_out")])
+def test_a_timeout_counts_as_caught_only_far_past_the_unmutated_time(monkeypatch, unmutated_wall, expect) -> None:
+    """A mutant stuck in one test is "hung" (caught) only where the unmutated kernels pass that test
+    in a small fraction of the time the mutant spent in it; nearer, it may be load, and stays undecided."""
+    import flashcheck.killrun as killrun
+    from flashcheck.mutation import runner
+    from flashcheck.mutation.generate import all_mutants
+
+    m = next(x for x in all_mutants(modules=["attention_merge"]) if x.operator == "off_by_one")
+
+    def fake(args, **kw):  # noqa: ANN001, ANN003
+        if args[0] == "t.py::test_slow":  # the baseline: that one test, unmutated
+            return {"returncode": 0, "timed_out": False, "wall_seconds": unmutated_wall, "tail": "", "data": {}}
+        return {"returncode": -1, "timed_out": True, "wall_seconds": 60.0, "tail": "timed out",
+                "data": {"hung_test": {"nodeid": "t.py::test_slow", "seconds": 50.0}}}
+
+    monkeypatch.setattr(killrun, "run_pytest", fake)
+    monkeypatch.setattr(runner, "_BASELINE", {})
+    r = runner.run_mutant(m, timeout=60)
+    assert r["status"] == expect, r["message"]
+    assert "t.py::test_slow" in r["message"]
+    assert (r["caught_by_test"] == "t.py::test_slow") == (expect == "hung")
+
+
+def test_a_run_past_its_time_limit_names_the_test_it_was_stuck_in(tmp_path) -> None:
+    from flashcheck.killrun import run_pytest
+
+    (tmp_path / "test_stuck.py").write_text("import time\n\ndef test_fast():\n    pass\n\n"
+                                            "def test_stuck():\n    time.sleep(600)\n")
+    r = run_pytest([str(tmp_path / "test_stuck.py"), f"--rootdir={tmp_path}"], timeout=15)
+    assert r["timed_out"]
+    assert r["data"]["hung_test"]["nodeid"].endswith("test_stuck.py::test_stuck")
 
 
 def test_every_triage_argument_names_a_mutant_generated_today() -> None:

@@ -8,13 +8,18 @@ from typing import Any
 from flashcheck import HOME
 from flashcheck.mutation.generate import Mutant
 from flashcheck.mutation.operators import GPU_ONLY_OPERATORS, OPERATORS
-from flashcheck.mutation.runner import classify
+from flashcheck.mutation.runner import CONFIRMED, HANG_FACTOR, classify
 
 # ---- the report ------------------------------------------------------------------------------------------
 
-# A timeout is not counted as a kill: on a shared CPU it may be load, not a mutant that hangs.
-DETECTED = ("killed", "crashed")
+# A bare timeout is not counted as a kill: on a shared CPU it may be load. "hung" is one confirmed
+# against the unmutated kernels (runner.hang_verdict).
+DETECTED = ("killed", "crashed", "hung")
 UNDECIDED = ("timed_out",)
+
+
+HEAD = "| {} | run | killed | hung | timed out | crashed | survived | equivalent | score | wall s (mean) | kill s (median / worst) |"
+RULE = "|---|---|---|---|---|---|---|---|---|---|---|"
 
 
 def _git(*args: str) -> str:
@@ -26,8 +31,8 @@ def _git(*args: str) -> str:
 
 def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triage: dict[str, str],
                 runs: list[dict[str, Any]], where: str = "Triton interpreter (CPU)") -> str:
-    def status(r: dict[str, Any]) -> str:  # an unconfirmed kill (runner.baseline_failure) stays an error
-        return "error" if r["status"] == "error" else classify(r["returncode"], r["status"] == "timed_out",
+    def status(r: dict[str, Any]) -> str:  # verdicts of the confirmation runs stand as stored
+        return r["status"] if r["status"] in CONFIRMED else classify(r["returncode"], r["status"] == "timed_out",
                                                                bool(r["caught_by_test"]), r["probe"])
 
     rows = [(m, dict(results[m.key], status=status(results[m.key]))) for m in mutants if m.key in results]
@@ -41,8 +46,9 @@ def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triag
            "Hypothesis shrinking skipped. **Score** = detected / (run - equivalent - timed out): detected = "
            "killed (a test failed) + crashed (the test process died of a signal, e.g. an out-of-bounds "
            "access, before a test could fail); equivalent = survivors argued equivalent below (triage); "
-           "timed out = undecided (on a shared CPU a timeout may be load, not a hanging mutant), listed "
-           "and left out of the score.", "",
+           "hung = timed out inside one test that the unmutated kernels pass in under 1/{f:g} of the time the "
+           "mutant spent in it (a per-test timeout fails it in CI), counted as detected; other timeouts = "
+           "undecided (on a shared CPU a timeout may be load), listed and left out of the score.".format(f=HANG_FACTOR), "",
            "Runs (accumulated in the results store; `--resume` skips mutants already run):", "",
            *[f"- `{r['command']}`: {r['ran']} of {r['selected']} selected mutants run, {r['wall_seconds']} s wall "
              f"({r['date']})" + (f". {r['note']}" if r.get("note") else "") for r in runs], ""]
@@ -61,26 +67,25 @@ def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triag
             "Generated / run per function: " + "; ".join(f"{k} {v[1]}/{v[0]}" for k, v in sorted(per_mod.items())) + ".",
             ""]
     out += ["## Score per kernel", "",
-            "| kernel (jit function) | run | killed | timed out | crashed | survived | equivalent | score | wall s (mean) | kill s (median / worst) |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+            HEAD.format("kernel (jit function)"), RULE]
     groups: dict[str, list[dict[str, Any]]] = {}
     for m, r in rows:
         groups.setdefault(f"{m.module}.{m.function}", []).append(r)
     tot: dict[str, float] = {}
 
     def line(name: str, rs: list[dict[str, Any]]) -> str:
-        c = {s: sum(r["status"] == s for r in rs) for s in ("killed", "timed_out", "crashed", "survived",
+        c = {s: sum(r["status"] == s for r in rs) for s in ("killed", "hung", "timed_out", "crashed", "survived",
                                                                 "equivalent_candidate")}
         eq = sum(r["status"] in ("survived", "equivalent_candidate") and triage.get(r["id"], "").startswith("equivalent")
                  for r in rs)
         surv = c["survived"] + c["equivalent_candidate"] - eq
-        det = c["killed"] + c["crashed"]
+        det = c["killed"] + c["hung"] + c["crashed"]
         denom = len(rs) - eq - c["timed_out"]
         score = f"{100 * det / denom:.1f}% ({det}/{denom})" if denom else "-"
         wall = sum(r["wall_seconds"] for r in rs) / max(1, len(rs))
         for k, v in (("run", len(rs)), ("det", det), ("denom", denom), ("wall", wall * len(rs))):
             tot[k] = tot.get(k, 0) + v
-        return (f"| {name} | {len(rs)} | {c['killed']} | {c['timed_out']} | {c['crashed']} | {surv} | {eq} | "
+        return (f"| {name} | {len(rs)} | {c['killed']} | {c['hung']} | {c['timed_out']} | {c['crashed']} | {surv} | {eq} | "
                 f"{score} | {wall:.1f} | {_kill_seconds(rs)} |")
 
     for name in sorted(groups):
@@ -90,14 +95,12 @@ def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triag
         for s in m.specs:
             specs.setdefault(s, []).append(r)
     out += ["", "## Score per registered kernel (a mutant of a shared helper counts for each kernel it changes)", "",
-            "| kernel | run | killed | timed out | crashed | survived | equivalent | score | wall s (mean) | kill s (median / worst) |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+            HEAD.format("kernel"), RULE]
     for s in sorted(specs):
         out.append(line(s, specs[s]))
     all_rs = [r for _, r in rows]
     tot.clear()
-    out += ["", "## Overall", "", "| | run | killed | timed out | crashed | survived | equivalent | score | wall s (mean) | kill s (median / worst) |",
-            "|---|---|---|---|---|---|---|---|---|---|", line("all", all_rs), "",
+    out += ["", "## Overall", "", HEAD.format(""), RULE, line("all", all_rs), "",
             "kill s: wall seconds of a killed mutant's run, pytest's start included (the suite stops at the "
             "first failure), median and worst over the kernel's killed mutants.", "",
             f"Total wall time of the mutant runs: {tot.get('wall', 0) / 60:.1f} min (sum over mutants).", ""]

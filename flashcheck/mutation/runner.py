@@ -36,6 +36,10 @@ def suite_args(m: Mutant) -> list[str]:
             "-p", "flashcheck.mutation.probe"]
 
 
+#: Verdicts a confirmation run set after `classify` (an unconfirmed kill, a confirmed hang): stored as is.
+CONFIRMED = ("error", "hung")
+
+
 def classify(rc: int, timed_out: bool, failed: bool, probe_result: dict[str, Any] | None) -> str:
     if timed_out:
         return "timed_out"
@@ -72,15 +76,16 @@ def _install_spec(tmp: Path, module: str, family: str, source: str, specs: tuple
     return spec_file, probe_out
 
 
-_BASELINE: dict[tuple[str, str], Any] = {}  # (module, test node id) -> Future[str | None]
+_BASELINE: dict[tuple[str, str], Any] = {}  # (module, test node id) -> Future[(why | None, wall s)]
 _BASELINE_LOCK = threading.Lock()
 
 
-def baseline_failure(module: str, family: str, nodeid: str, *, timeout: float) -> str | None:
-    """Run the test that killed a mutant against the unmodified module, installed the way mutants
-    are: None when it passes. A kill counts only then: where the test fails unmutated too (an
-    interpreter that cannot run on this machine's NumPy once "killed" every mutant), it is the
-    environment, not the mutant. Once per (module, test) for the whole run."""
+def baseline_run(module: str, family: str, nodeid: str, *, timeout: float) -> tuple[str | None, float]:
+    """Run the test that decided a mutant against the unmodified module, installed the way mutants
+    are: (None, wall seconds) when it passes, else (why, wall). A kill counts only where it passes:
+    where the test fails unmutated too (an interpreter that cannot run on this machine's NumPy once
+    "killed" every mutant), it is the environment, not the mutant. Once per (module, test) for the
+    whole run."""
     from concurrent.futures import Future
 
     from flashcheck.killrun import run_pytest
@@ -94,10 +99,12 @@ def baseline_failure(module: str, family: str, nodeid: str, *, timeout: float) -
     if not owner:
         return fut.result()
     tmp = Path(tempfile.mkdtemp(prefix="mutant-baseline-"))
+    wall = float("inf")
     try:
         spec_file, _ = _install_spec(tmp, module, family, module_file(module).read_text(), ())
         r = run_pytest([nodeid, f"--family={family}", "--no-save-fixtures"], env_extra={MUTANT_ENV: str(spec_file)},
                        shrink=False, timeout=timeout)
+        wall = r["wall_seconds"]
         failed = r["data"].get("tests_failed") or []
         why = None if r["returncode"] == 0 and not r["timed_out"] else (
             failed[0]["summary"] if failed else f"exit {r['returncode']}" + (" (timed out)" if r["timed_out"] else ""))
@@ -105,8 +112,32 @@ def baseline_failure(module: str, family: str, nodeid: str, *, timeout: float) -
         why = f"{type(exc).__name__}: {exc}"
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    fut.set_result(why)
-    return why
+    fut.set_result((why, wall))
+    return why, wall
+
+
+def baseline_failure(module: str, family: str, nodeid: str, *, timeout: float) -> str | None:
+    return baseline_run(module, family, nodeid, timeout=timeout)[0]
+
+
+#: A timed-out mutant counts as caught ("hung") only where the test it was stuck in ran at least
+#: this many times longer than the whole unmutated run of that test (pytest's start included), and
+#: the unmutated run passed. Under that margin machine load cannot explain it: the mutant made the
+#: kernel loop far past its bounds (under the interpreter) or never return, which a per-test timeout
+#: (flashcheck.tiers) turns into a failed test in the user's CI.
+HANG_FACTOR = 5.0
+
+
+def hang_verdict(m: Mutant, hung: dict[str, Any], *, timeout: float) -> tuple[str, str]:
+    """(status, message) for a mutant whose suite ran out of time inside test `hung["nodeid"]`."""
+    why, wall = baseline_run(m.module, m.family, hung["nodeid"], timeout=timeout)
+    if why is not None:
+        return "timed_out", f"stuck in {hung['nodeid']}, which fails or times out unmutated too ({why[:200]})"
+    if hung["seconds"] < HANG_FACTOR * wall:
+        return "timed_out", (f"stuck in {hung['nodeid']} for {hung['seconds']:.0f}s; unmutated it passes in "
+                             f"{wall:.0f}s: under {HANG_FACTOR:g}x, maybe load")
+    return "hung", (f"hung: {hung['nodeid']} still running after {hung['seconds']:.0f}s; unmutated it passes in "
+                    f"{wall:.0f}s (a per-test timeout fails it)")
 
 
 def run_mutant(m: Mutant, *, timeout: float, probe_first: bool = False) -> dict[str, Any]:
@@ -131,6 +162,9 @@ def run_mutant(m: Mutant, *, timeout: float, probe_first: bool = False) -> dict[
     pr = json.loads(probe_out.read_text()) if probe_out.exists() else None
     status = classify(rc, r["timed_out"], bool(failed), pr)
     message = (first.get("message") or (failed[0]["summary"] if failed else ""))[:600]
+    hung = data.get("hung_test") if status == "timed_out" else None
+    if hung:
+        status, message = hang_verdict(m, hung, timeout=timeout)
     if status == "killed":
         why = baseline_failure(m.module, m.family, failed[0]["nodeid"], timeout=timeout)
         if why is not None:
@@ -143,8 +177,9 @@ def run_mutant(m: Mutant, *, timeout: float, probe_first: bool = False) -> dict[
         "specs_run": list(_specs_run(m)),
         "status": status, "returncode": rc, "wall_seconds": r["wall_seconds"],
         "seconds_to_kill": first.get("seconds"),  # inside pytest, to the first failing check
-        "caught_by_test": failed[0]["nodeid"] if failed else None,
-        "caught_by_property": first.get("property"), "exception": first.get("exception"),
+        "caught_by_test": failed[0]["nodeid"] if failed else (hung["nodeid"] if status == "hung" else None),
+        "caught_by_property": first.get("property"),
+        "exception": "Timeout" if status == "hung" else first.get("exception"),
         "message": message,
         "tests_passed": data.get("tests_passed"), "probe": pr, "suite_skipped": bool(early and early.get("identical")),
         "output_tail": None if status == "killed" else r["tail"][-1500:],
