@@ -8,6 +8,11 @@ scan. A kernel that calls helpers in its loops (the split and online softmax, at
 blocks) spent a third of its CPU time there (cProfile of one ci-profile test, softmax_split fp32
 neg_inf_padding: 23.7 s of 72 s in 87,625 `_patch_builtin` calls).
 
+Second, `_get_np_dtype` (Triton's dtype -> NumPy dtype, called for every cast, constant and
+load) builds a 19-entry dict of `tl.dtype` keys at each call: 9.8 s of that 88 s cProfile in
+203,312 calls (`softmax_split` fp16 neg_inf_padding). Here the answer is kept per dtype: the same
+NumPy dtype for the same `tl.dtype`, computed by Triton's own function the first time.
+
 Here a helper called inside a launch is not patched again when the modules it sees (its globals'
 `tl` / `tl.core`; triton.language's own jit helpers see `core`) were patched earlier in that launch,
 by the launch or by a helper (whose patch Triton never undoes either); anything else is patched as
@@ -58,6 +63,21 @@ def install(interp: types.ModuleType) -> None:
         finally:
             _LAUNCHES.pop()
 
+    get_np_dtype = getattr(interp, "_get_np_dtype", None)
+    if get_np_dtype is None:
+        raise patch_error("triton.runtime.interpreter._get_np_dtype is gone")
+    known: dict = {}
+
+    def _get_np_dtype(tt_dtype):
+        # Triton's answer depends on the element type alone (any pointer: uint64).
+        el = tt_dtype.element_ty if isinstance(tt_dtype, tl.block_type) else tt_dtype
+        key = "*" if isinstance(el, tl.pointer_type) else el.name
+        np_dtype = known.get(key)
+        if np_dtype is None:
+            np_dtype = known[key] = get_np_dtype(tt_dtype)
+        return np_dtype
+
     _replace(interp, "_patch_lang", _patch_lang)
     _replace(grid, "__call__", __call__)
+    _replace(interp, "_get_np_dtype", _get_np_dtype)
     _installed = True

@@ -43,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--spec", action="append", help="run only this kernel's tests (repeatable; of the kernels "
                    "a mutant changes)")
     p.add_argument("--id", action="append", help="only this mutant (repeatable)")
+    p.add_argument("--only-tests", metavar="EXPR", default="",
+                   help="a pytest -k expression: only these tests run (confirms a kill faster; a mutant "
+                        "passing them is recorded as undecided, not a survivor)")
     p.add_argument("--first-spec-only", action="store_true",
                    help="a shared helper's mutant runs only its first kernel's tests (faster; says so in the report)")
     p.add_argument("--list", action="store_true", help="list the selected mutants and exit")
@@ -55,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     runner.FIRST_SPEC_ONLY = args.first_spec_only
     runner.ONLY_SPECS = tuple(args.spec or ())
+    runner.ONLY_TESTS = args.only_tests
     every = all_mutants(modules=args.module)
     if args.id:
         every_ids = {m.id for m in every}

@@ -21,6 +21,9 @@ from flashcheck.mutation.probe import MUTANT_ENV
 
 FIRST_SPEC_ONLY = False  # --first-spec-only
 ONLY_SPECS: tuple[str, ...] = ()  # --spec
+#: --only-tests: a pytest -k expression narrowing the suite (to confirm a kill by one test without
+#: running the ones before it). A mutant that passes such a narrowed suite is not a survivor.
+ONLY_TESTS = ""
 
 
 def _specs_run(m: Mutant) -> tuple[str, ...]:
@@ -32,7 +35,8 @@ def _specs_run(m: Mutant) -> tuple[str, ...]:
 def suite_args(m: Mutant) -> list[str]:
     tests = next(t.tests for t in ALL_TARGETS if t.module == m.module and t.family == m.family)
     specs = _specs_run(m)
-    return [*tests, f"--family={m.family}", "-k", " or ".join(specs), "-x", "--no-save-fixtures",
+    select = " or ".join(specs) if not ONLY_TESTS else f"({' or '.join(specs)}) and ({ONLY_TESTS})"
+    return [*tests, f"--family={m.family}", "-k", select, "-x", "--no-save-fixtures",
             "-p", "flashcheck.mutation.probe"]
 
 
@@ -161,6 +165,8 @@ def run_mutant(m: Mutant, *, timeout: float, probe_first: bool = False) -> dict[
     failed = data.get("tests_failed") or []
     pr = json.loads(probe_out.read_text()) if probe_out.exists() else None
     status = classify(rc, r["timed_out"], bool(failed), pr)
+    if ONLY_TESTS and status in ("survived", "equivalent_candidate"):
+        status = "error"  # only some tests ran: passing them decides nothing
     message = (first.get("message") or (failed[0]["summary"] if failed else ""))[:600]
     hung = data.get("hung_test") if status == "timed_out" else None
     if hung:
@@ -174,7 +180,7 @@ def run_mutant(m: Mutant, *, timeout: float, probe_first: bool = False) -> dict[
     return {
         "id": m.id, "key": m.key, "module": m.module, "family": m.family, "function": m.function,
         "operator": m.operator, "line": m.line, "description": m.description, "specs": list(m.specs),
-        "specs_run": list(_specs_run(m)),
+        "specs_run": list(_specs_run(m)), "only_tests": ONLY_TESTS or None,
         "status": status, "returncode": rc, "wall_seconds": r["wall_seconds"],
         "seconds_to_kill": first.get("seconds"),  # inside pytest, to the first failing check
         "caught_by_test": failed[0]["nodeid"] if failed else (hung["nodeid"] if status == "hung" else None),
