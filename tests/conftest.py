@@ -1,9 +1,11 @@
 """The self-tests run under the shipped suite's setup (Hypothesis profiles, the flashcheck plugins,
 the interpreter's warning filters): `flashcheck/suite/conftest.py`, so a run of `tests/` alone has it."""
+import pytest
+
 from flashcheck.suite.conftest import pytest_configure, pytest_plugins  # noqa: F401
 
 
-
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: absent under -p no:xdist
 def pytest_xdist_auto_num_workers(config):  # noqa: ANN001, ANN201
     """`pytest -n auto` of this repository on a machine without a GPU: one worker more than the
     CPU has cores. The self-tests spend much of their time waiting on subprocesses (a `flashcheck

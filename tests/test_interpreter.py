@@ -534,3 +534,19 @@ def test_run_time_loop_bounds_convert_without_int_of_an_array() -> None:
         assert list(range(0, bound, 3)) == [0, 3, 6]
     finally:
         scope.restore()
+
+
+@pytest.mark.skipif(not INTERPRET, reason="the interpreter's own speed patches")
+def test_speed_patches_answer_as_triton_does() -> None:
+    """interp_speed keeps Triton's dtype map per element type and formats a tuple type's name when
+    read: the same answers as Triton's own code, for every kind of type the interpreter asks about."""
+    from triton.runtime import interpreter as interp
+
+    kinds = [tl.int1, tl.int8, tl.uint16, tl.int32, tl.int64, tl.float16, tl.bfloat16, tl.float32, tl.float64,
+             tl.pointer_type(tl.float16), tl.block_type(tl.float32, [4, 8]), tl.block_type(tl.bfloat16, [2]),
+             tl.block_type(tl.pointer_type(tl.int8), [16])]
+    fields = ([tl.float32, tl.block_type(tl.int64, [4])], None), ([tl.float16, tl.int32], ["m", "l"])
+    now = [interp._get_np_dtype(t) for t in kinds], [tl.core.tuple_type(t, f).name for t, f in fields]
+    with fi.unpatched():
+        triton_own = [interp._get_np_dtype(t) for t in kinds], [tl.core.tuple_type(t, f).name for t, f in fields]
+    assert now == triton_own
