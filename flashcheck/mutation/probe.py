@@ -167,14 +167,11 @@ def _attention_probe_inputs() -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 _PUBLIC = {"softmax": ("softmax_row", "softmax_online", "softmax_split"), "attention": ("attention",)}
-# Each function with its defaults and with the interpreter's small blocks: a GPU's defaults (4096
-# lanes, 32768-column spans merged 1024 at a time) take the probes' rows of at most 2500 columns in
-# one chunk, so the loops over chunks, spans and merge steps ran nowhere, and a GPU run called
-# every mutant of them bit-identical without running its suite.
-_GPU_KNOBS: dict[str, tuple[dict[str, int], ...]] = {
-    "softmax_online": ({}, {"block_n": 64}),
-    "softmax_split": ({}, {"block_n": 32, "chunks_per_block": 2, "merge_block": 4}),
-}
+# Each function with its defaults and, on a GPU, with the small chunks the suite also tunes it to
+# (kernels/specs.py SMALL_CHUNKS): a GPU's defaults (4096 lanes, 32768-column spans merged 1024 at a
+# time) take the probes' rows of at most 2500 columns in one chunk, so the loops over chunks, spans
+# and merge steps ran nowhere, and a GPU run called every mutant of them bit-identical without
+# running its suite.
 
 
 def same_bits(a: Any, b: Any) -> bool:
@@ -196,9 +193,10 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
     import importlib
 
     from flashcheck import kernel_hooks
-    from flashcheck.kernels import INTERPRET
 
     mutated = importlib.import_module(f"flashcheck.kernels.{spec['module']}")
+    from flashcheck.kernels.specs import SMALL_CHUNKS  # after the mutant: it imports the family modules
+
     kernel_hooks.attach()  # after the mutant's import: the kernels' first import stays the mutant's
     original = _load_original(spec["module"])
     family = spec["family"]
@@ -212,7 +210,7 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
         kwargs = dict(inp) if isinstance(inp, dict) else {"x": inp}
         only = kwargs.pop("_fn", None)  # a probe for one public function (varlen)
         for f in ([only] if only else fns):
-            for knobs in ({},) if INTERPRET else _GPU_KNOBS.get(f, ({},)):  # (the same blocks there)
+            for knobs in ({}, *SMALL_CHUNKS.get(f, ())):  # (none in the interpreter: its defaults)
                 at = f"{f}({', '.join(f'{k}={v}' for k, v in knobs.items())}) on {label}"
                 try:
                     got = getattr(mutated, f)(**kwargs, **knobs)
