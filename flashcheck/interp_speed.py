@@ -8,15 +8,16 @@ scan. A kernel that calls helpers in its loops (the split and online softmax, at
 blocks) spent a third of its CPU time there (cProfile of one ci-profile test, softmax_split fp32
 neg_inf_padding: 23.7 s of 72 s in 87,625 `_patch_builtin` calls).
 
-Second, `_get_np_dtype` (Triton's dtype -> NumPy dtype, called for every cast, constant and
-load) builds a 19-entry dict of `tl.dtype` keys at each call: 9.8 s of that 88 s cProfile in
-203,312 calls (`softmax_split` fp16 neg_inf_padding). Here the answer is kept per dtype: the same
-NumPy dtype for the same `tl.dtype`, computed by Triton's own function the first time.
-
 Here a helper called inside a launch is not patched again when the modules it sees (its globals'
 `tl` / `tl.core`; triton.language's own jit helpers see `core`) were patched earlier in that launch,
 by the launch or by a helper (whose patch Triton never undoes either); anything else is patched as
 before, and the launch restores what it patched, as before. Nothing a kernel computes changes.
+
+Two more per-operation costs are cut the same way. `_get_np_dtype` (Triton's dtype -> NumPy dtype,
+called for every cast, constant and load) builds a 19-entry dict of `tl.dtype` keys at each call:
+9.8 s of an 88 s cProfile in 203,312 calls (softmax_split fp16 neg_inf_padding); here the answer
+is kept per element type, computed by Triton's own function the first time. `tl.tuple_type`
+formats its name when built (`_lazy_tuple_type_name`); here it is formatted when read.
 """
 from __future__ import annotations
 

@@ -120,10 +120,6 @@ def baseline_run(module: str, family: str, nodeid: str, *, timeout: float) -> tu
     return why, wall
 
 
-def baseline_failure(module: str, family: str, nodeid: str, *, timeout: float) -> str | None:
-    return baseline_run(module, family, nodeid, timeout=timeout)[0]
-
-
 #: A timed-out mutant counts as caught ("hung") only where the test it was stuck in ran at least
 #: this many times longer than the whole unmutated run of that test (pytest's start included), and
 #: the unmutated run passed. Under that margin machine load cannot explain it: the mutant made the
@@ -172,7 +168,7 @@ def run_mutant(m: Mutant, *, timeout: float, probe_first: bool = False) -> dict[
     if hung:
         status, message = hang_verdict(m, hung, timeout=timeout)
     if status == "killed":
-        why = baseline_failure(m.module, m.family, failed[0]["nodeid"], timeout=timeout)
+        why, _ = baseline_run(m.module, m.family, failed[0]["nodeid"], timeout=timeout)
         if why is not None:
             status = "error"
             message = f"not a kill: {failed[0]['nodeid']} fails on the unmutated kernels too ({why[:300]})"
