@@ -145,6 +145,16 @@ def _left_edge_past_block_edge(case: Case, fmt: Format) -> bool:
     return last - w[0] >= 17 and (last - w[0]) % 16 == 1
 
 
+def _rows_past_keys_one_past_a_block_edge(case: Case, fmt: Format) -> bool:
+    """Top-left, and the last row's window starts past the last key, which stands one key past a
+    16-key block edge (N = 1 mod 16)."""
+    w = _window(case)
+    if w is None or w[0] < 0 or case.kwargs.get("causal_align") == "bottom_right":
+        return False
+    m, n = case.tensors["q"].shape[2], case.tensors["k"].shape[2]
+    return n % 16 == 1 and m - 1 - w[0] >= n
+
+
 def _window_empties_row_bottom_right(case: Case, fmt: Format) -> bool:
     """Bottom-right alignment with M > n: the first rows' diagonal lies before key 0, so a right
     edge (causal or window) leaves them no key."""
@@ -230,6 +240,7 @@ FEATURES = [
     Feature("window_edges", "wider_than_n", _window_edge(lambda l, r, n: max(l, r) >= n)),
     Feature("window_edges", "last_row_left_edge_one_past_a_block_edge", _left_edge_past_block_edge),
     Feature("window_edges", "window_empties_row_bottom_right", _window_empties_row_bottom_right),
+    Feature("window_edges", "rows_past_keys_one_past_a_block_edge", _rows_past_keys_one_past_a_block_edge),
     Feature("softcap_extremes", "softcap_far_below_logits", _softcap_vs_logits(True)),
     Feature("softcap_extremes", "softcap_far_above_logits", _softcap_vs_logits(False)),
     Feature("attn_masks", "bool_mask", _mask(lambda m: m.dtype == torch.bool)),

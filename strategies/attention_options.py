@@ -77,7 +77,9 @@ def _diagonal_across_edge(draw, lim, m: int, align: str) -> int | None:
 
 
 WINDOW_EDGES = ("zero", "one", "unlimited", "wider_than_n", "any")
-WINDOW_AIMS = ("edges", "wider_than_n", "empties_rows", "block_edge")
+WINDOW_AIMS = ("edges", "wider_than_n", "empties_rows", "block_edge", "rows_past_keys")
+# N = 1 (mod 16, so mod every key-block width <= 16 too; N = 1 for any width): the keys end one past a block edge
+KEYS_ONE_PAST_A_BLOCK_EDGE = (1, 17, 33)
 
 
 @composite
@@ -103,16 +105,29 @@ def window_edges(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_
         m, n = max(m, n), min(m, n)  # M > N: bottom-right alignment empties the first rows
         if m == n and m > 1:
             n = m - 1 - draw(st.integers(0, m - 2))
+    # Top-left rows all past the last key, which stands one past a block edge: a tile's partial
+    # blocks then end at N itself, and a loop bound one short drops the block holding key N - 1.
+    past_keys = (aim == "rows_past_keys" and "top_left" in caps.aligns and not square
+                 and any(x < lim.max_m and x <= lim.max_n for x in KEYS_ONE_PAST_A_BLOCK_EDGE))
+    if past_keys:
+        n = draw(st.sampled_from([x for x in KEYS_ONE_PAST_A_BLOCK_EDGE if x < lim.max_m and x <= lim.max_n]))
+        m = draw(st.integers(n + 1, lim.max_m))
+
+    def wider() -> int:
+        return n + draw(st.integers(0, 5))
 
     def edge():
         kind = draw(st.sampled_from(WINDOW_EDGES))
-        return {"zero": 0, "one": 1, "unlimited": -1, "wider_than_n": n + draw(st.integers(0, 5)),
+        return {"zero": 0, "one": 1, "unlimited": -1, "wider_than_n": wider(),
                 "any": draw(st.integers(0, max(n, 1)))}[kind]
 
-    align = "bottom_right" if aim == "empties_rows" and bottom_right and m > n else _align(draw, caps)
+    align = ("bottom_right" if aim == "empties_rows" and bottom_right and m > n
+             else "top_left" if past_keys else _align(draw, caps))
     left, right = edge(), edge()
+    if past_keys:  # the last row's left edge past the keys too
+        left = draw(st.integers(0, m - 1 - n))
     if aim == "wider_than_n":
-        wide = n + draw(st.integers(0, 5))
+        wide = wider()
         left, right = (wide, right) if draw(st.booleans()) else (left, wide)
     elif aim == "empties_rows" and right < 0:
         right = draw(st.sampled_from([0, 1]))

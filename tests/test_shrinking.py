@@ -115,6 +115,41 @@ def test_a_kill_counts_only_where_the_unmutated_kernels_pass_the_test(monkeypatc
     assert calls[-1] == "t.py::test_x"  # the baseline ran the killing test alone
 
 
+@pytest.mark.parametrize("caught,only,expect", [(True, False, "killed"), (False, False, "survived"),
+                                                 (False, True, "error")])
+def test_a_first_test_from_another_store_runs_alone_and_decides_only_a_kill(monkeypatch, caught, only, expect) -> None:
+    """--first-test-from: the test that killed the same mutant elsewhere runs alone first (a compiled
+    suite costs a binary per launch variant); passing it decides nothing, so the whole suite runs,
+    or with --first-test-only the mutant stays undecided."""
+    import flashcheck.killrun as killrun
+    from flashcheck.mutation import runner
+    from flashcheck.mutation.generate import all_mutants
+
+    m = next(x for x in all_mutants(modules=["attention_merge"]) if x.operator == "off_by_one")
+    calls = []
+
+    def fake(args, **kw):  # noqa: ANN001, ANN003
+        calls.append(args[0])
+        if args[0] == "t.py::test_k" and caught and len(calls) == 1:
+            failed = [{"nodeid": "t.py::test_k", "summary": "AssertionError"}]
+            return {"returncode": 1, "timed_out": False, "wall_seconds": 3.0, "tail": "",
+                    "data": {"tests_failed": failed, "first": {"message": "AssertionError"}}}
+        return {"returncode": 0, "timed_out": False, "wall_seconds": 3.0, "tail": "", "data": {}}
+
+    monkeypatch.setattr(killrun, "run_pytest", fake)
+    monkeypatch.setattr(runner, "_BASELINE", {})
+    monkeypatch.setattr(runner, "FIRST_TESTS", runner.first_tests_from(
+        {m.key: {"status": "killed", "caught_by_test": "t.py::test_k"}, "other": {"status": "survived"}}))
+    monkeypatch.setattr(runner, "FIRST_TEST_ONLY", only)
+    r = runner.run_mutant(m, timeout=60)
+    assert r["status"] == expect, r
+    assert calls[0] == "t.py::test_k"
+    whole_suite = calls[1:2] != ["t.py::test_k"] and len(calls) > 1
+    assert whole_suite == (expect == "survived")
+    if expect == "survived":
+        assert r["wall_seconds"] == 6.0 and r["only_tests"] is None  # both runs' time; decided by the suite
+
+
 @pytest.mark.parametrize("unmutated_wall,expect", [(2.0, "hung"), (30.0, "timed_out")])
 def test_a_timeout_counts_as_caught_only_far_past_the_unmutated_time(monkeypatch, unmutated_wall, expect) -> None:
     """A mutant stuck in one test is "hung" (caught) only where the unmutated kernels pass that test

@@ -46,6 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only-tests", metavar="EXPR", default="",
                    help="a pytest -k expression: only these tests run (confirms a kill faster; a mutant "
                         "passing them is recorded as undecided, not a survivor)")
+    p.add_argument("--first-test-from", type=Path, metavar="STORE",
+                   help="run first, alone, the test that killed the same mutant in STORE (e.g. the "
+                        "interpreter's store, for a compiled run: one test compiles a few binaries, a "
+                        "suite hundreds); the whole suite runs only where that test does not catch it")
+    p.add_argument("--first-test-only", action="store_true",
+                   help="with --first-test-from: a mutant its first test does not catch is recorded as "
+                        "undecided instead of running the whole suite")
     p.add_argument("--first-spec-only", action="store_true",
                    help="a shared helper's mutant runs only its first kernel's tests (faster; says so in the report)")
     p.add_argument("--list", action="store_true", help="list the selected mutants and exit")
@@ -59,6 +66,16 @@ def main(argv: list[str] | None = None) -> int:
     runner.FIRST_SPEC_ONLY = args.first_spec_only
     runner.ONLY_SPECS = tuple(args.spec or ())
     runner.ONLY_TESTS = args.only_tests
+    if args.first_test_only and not args.first_test_from:
+        p.error("--first-test-only needs --first-test-from")
+    if args.first_test_from:
+        if not args.first_test_from.is_file():
+            p.error(f"--first-test-from: no such store {args.first_test_from}")
+        try:
+            runner.FIRST_TESTS = runner.first_tests_from(load_store(args.first_test_from))
+        except (ValueError, AttributeError, TypeError) as exc:
+            p.error(f"--first-test-from: {args.first_test_from} is not a mutation store ({exc})")
+        runner.FIRST_TEST_ONLY = args.first_test_only
     every = all_mutants(modules=args.module)
     if args.id:
         every_ids = {m.id for m in every}

@@ -24,6 +24,18 @@ ONLY_SPECS: tuple[str, ...] = ()  # --spec
 #: --only-tests: a pytest -k expression narrowing the suite (to confirm a kill by one test without
 #: running the ones before it). A mutant that passes such a narrowed suite is not a survivor.
 ONLY_TESTS = ""
+#: --first-test-from: mutant key -> the test that killed the same mutant (same key: same mutated
+#: module) in another store, e.g. the interpreter's; run alone first. Compiled, a whole suite costs
+#: one binary per launch variant and mutant; the test that killed it elsewhere needs a few.
+FIRST_TESTS: dict[str, str] = {}
+#: --first-test-only: a mutant that passes its first test is recorded as undecided ("error"),
+#: without running the whole suite.
+FIRST_TEST_ONLY = False
+
+
+def first_tests_from(store: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """key -> killing test node id, for every mutant `store` records as killed."""
+    return {k: r["caught_by_test"] for k, r in store.items() if r.get("status") == "killed" and r.get("caught_by_test")}
 
 
 def _specs_run(m: Mutant) -> tuple[str, ...]:
@@ -32,12 +44,13 @@ def _specs_run(m: Mutant) -> tuple[str, ...]:
     return m.specs[:1] if FIRST_SPEC_ONLY else m.specs
 
 
-def suite_args(m: Mutant) -> list[str]:
+def suite_args(m: Mutant, nodeid: str | None = None) -> list[str]:
+    """The pytest arguments of a mutant's run: its family's suite, or the one test `nodeid`."""
     tests = next(t.tests for t in ALL_TARGETS if t.module == m.module and t.family == m.family)
     specs = _specs_run(m)
     select = " or ".join(specs) if not ONLY_TESTS else f"({' or '.join(specs)}) and ({ONLY_TESTS})"
-    return [*tests, f"--family={m.family}", "-k", select, "-x", "--no-save-fixtures",
-            "-p", "flashcheck.mutation.probe"]
+    where = [nodeid] if nodeid else [*tests, "-k", select]
+    return [*where, f"--family={m.family}", "-x", "--no-save-fixtures", "-p", "flashcheck.mutation.probe"]
 
 
 #: Verdicts a confirmation run set after `classify` (an unconfirmed kill, a confirmed hang): stored as is.
@@ -149,19 +162,32 @@ def run_mutant(m: Mutant, *, timeout: float, probe_first: bool = False) -> dict[
     tmp = Path(tempfile.mkdtemp(prefix="mutant-"))
     spec_file, probe_out = _install_spec(tmp, m.module, m.family, m.source, m.specs)
     early = _probe_first(spec_file, probe_out, timeout) if probe_first else None
+    first_test: str | None = None
     if early and early.get("identical"):
         r = {"returncode": 0, "timed_out": False, "wall_seconds": 0.0, "tail": "suite skipped: bit-identical on the probes",
              "data": {}}
     else:
         if probe_out.exists():
             probe_out.unlink()
-        r = run_pytest(suite_args(m), env_extra={MUTANT_ENV: str(spec_file)}, shrink=False, timeout=timeout)
+        r, spent = None, 0.0
+        first_test = FIRST_TESTS.get(m.key)
+        if first_test:
+            r = run_pytest(suite_args(m, first_test), env_extra={MUTANT_ENV: str(spec_file)}, shrink=False,
+                           timeout=timeout)
+            caught = bool(r["data"].get("tests_failed")) and r["returncode"] != 0
+            if not caught and not FIRST_TEST_ONLY:  # not caught there (or not collected here)
+                r, spent = None, r["wall_seconds"]
+        if r is None:
+            first_test = None
+            r = run_pytest(suite_args(m), env_extra={MUTANT_ENV: str(spec_file)}, shrink=False, timeout=timeout)
+            r["wall_seconds"] = round(r["wall_seconds"] + spent, 1)
     data, rc = r["data"], r["returncode"]
     first = data.get("first") or {}
     failed = data.get("tests_failed") or []
     pr = json.loads(probe_out.read_text()) if probe_out.exists() else None
     status = classify(rc, r["timed_out"], bool(failed), pr)
-    if ONLY_TESTS and status in ("survived", "equivalent_candidate"):
+    narrowed = bool(ONLY_TESTS) or first_test is not None
+    if narrowed and status in ("survived", "equivalent_candidate"):
         status = "error"  # only some tests ran: passing them decides nothing
     message = (first.get("message") or (failed[0]["summary"] if failed else ""))[:600]
     hung = data.get("hung_test") if status == "timed_out" else None
@@ -176,7 +202,7 @@ def run_mutant(m: Mutant, *, timeout: float, probe_first: bool = False) -> dict[
     return {
         "id": m.id, "key": m.key, "module": m.module, "family": m.family, "function": m.function,
         "operator": m.operator, "line": m.line, "description": m.description, "specs": list(m.specs),
-        "specs_run": list(_specs_run(m)), "only_tests": ONLY_TESTS or None,
+        "specs_run": list(_specs_run(m)), "only_tests": ONLY_TESTS or first_test or None,
         "status": status, "returncode": rc, "wall_seconds": r["wall_seconds"],
         "seconds_to_kill": first.get("seconds"),  # inside pytest, to the first failing check
         "caught_by_test": failed[0]["nodeid"] if failed else (hung["nodeid"] if status == "hung" else None),
