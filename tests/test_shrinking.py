@@ -115,6 +115,32 @@ def test_a_kill_counts_only_where_the_unmutated_kernels_pass_the_test(monkeypatc
     assert calls[-1] == "t.py::test_x"  # the baseline ran the killing test alone
 
 
+def test_a_baseline_verdict_is_saved_for_the_next_process(monkeypatch, tmp_path) -> None:
+    """A compiled baseline costs minutes and each device call is a new process: its verdict is
+    kept beside the store, for this code only, and a timeout (maybe load) is not kept."""
+    import flashcheck.killrun as killrun
+    from flashcheck.mutation import runner
+
+    calls = []
+
+    def fake(args, **kw):  # noqa: ANN001, ANN003
+        calls.append(args[0])
+        slow = args[0] == "t.py::test_slow"
+        return {"returncode": -1 if slow else 0, "timed_out": slow, "wall_seconds": 7.0, "tail": "", "data": {}}
+
+    monkeypatch.setattr(killrun, "run_pytest", fake)
+    monkeypatch.setattr(runner, "BASELINE_FILE", runner.baselines_file(tmp_path / "store.json"))
+    for _ in range(2):  # two processes: the in-process cache starts empty in each
+        monkeypatch.setattr(runner, "_BASELINE", {})
+        assert runner.baseline_run("softmax", "softmax", "t.py::test_ok", timeout=9) == (None, 7.0)
+        assert runner.baseline_run("softmax", "softmax", "t.py::test_slow", timeout=9)[0].endswith("(timed out)")
+    assert calls == ["t.py::test_ok", "t.py::test_slow", "t.py::test_slow"]
+    monkeypatch.setattr(runner, "_code_digest", lambda: "other code")
+    monkeypatch.setattr(runner, "_BASELINE", {})
+    runner.baseline_run("softmax", "softmax", "t.py::test_ok", timeout=9)
+    assert calls[-1] == "t.py::test_ok"
+
+
 @pytest.mark.parametrize("caught,only,expect", [(True, False, "killed"), (False, False, "survived"),
                                                  (False, True, "error")])
 def test_a_first_test_from_another_store_runs_alone_and_decides_only_a_kill(monkeypatch, caught, only, expect) -> None:
@@ -197,3 +223,43 @@ def test_every_triage_argument_names_a_mutant_generated_today() -> None:
     ids = {m.id for m in all_mutants()}
     stale = sorted(set(json.loads(TRIAGE_FILE.read_text())) - ids)
     assert not stale, f"{TRIAGE_FILE.relative_to(HOME)} argues for mutants no longer generated: {stale}"
+
+
+def test_interpreter_only_flags_are_set_only_by_bf16_as_bits() -> None:
+    """The mutation tool leaves out of a compiled run the mutants inside `if FLAG:` for
+    INTERPRETER_FLAGS, as code a GPU never compiles: that holds only while every launch sets the
+    flag from `bf16_as_bits(...)` (True only under the interpreter)."""
+    import ast
+
+    from flashcheck import HOME
+    from flashcheck.mutation.generate import INTERPRETER_FLAGS, all_mutants
+
+    def from_bits(value: ast.AST, assigned: dict[str, ast.AST]) -> bool:
+        for n in ast.walk(value):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "bf16_as_bits":
+                return True
+            if isinstance(n, ast.Name) and n.id in assigned and from_bits(assigned[n.id], {}):
+                return True
+        return False
+
+    seen = 0
+    for path in sorted((HOME / "kernels").glob("*.py")):
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, ast.FunctionDef) or any(
+                    isinstance(d, (ast.Attribute, ast.Name, ast.Call)) and "jit" in ast.unparse(d) for d in fn.decorator_list):
+                continue
+            assigned = {}
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Assign):
+                    for t in n.targets:
+                        for i, name in enumerate(t.elts if isinstance(t, ast.Tuple) else [t]):
+                            if isinstance(name, ast.Name):
+                                val = n.value.elts[i] if isinstance(t, ast.Tuple) and isinstance(n.value, ast.Tuple) else n.value
+                                assigned[name.id] = val
+            for n in ast.walk(fn):
+                if isinstance(n, ast.keyword) and n.arg in INTERPRETER_FLAGS:
+                    seen += 1
+                    assert from_bits(n.value, assigned), (
+                        f"{path.name}:{n.lineno}: {n.arg}= is not set from bf16_as_bits(...): {ast.unparse(n.value)}")
+    assert seen >= 6
+    assert sum(m.interpreter_only for m in all_mutants()) > 0

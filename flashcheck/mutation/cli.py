@@ -60,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report", type=Path, nargs="?", const=DEFAULT_REPORT, default=None,
                    help=f"write the markdown report (default {DEFAULT_REPORT.relative_to(HOME)}) from the store")
     p.add_argument("--no-run", action="store_true", help="only write the report from the store")
+    p.add_argument("--compiled", action="store_true",
+                   help="the store's mutants ran compiled on a GPU (the default on a machine with one): "
+                        "GPU-only mutants are selected, interpreter-only ones are not")
     p.add_argument("--on", default="Triton interpreter (CPU)",
                    help="where the store's mutants ran, for the report's heading (e.g. \"NVIDIA H200, compiled\")")
     args = p.parse_args(argv)
@@ -76,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, AttributeError, TypeError) as exc:
             p.error(f"--first-test-from: {args.first_test_from} is not a mutation store ({exc})")
         runner.FIRST_TEST_ONLY = args.first_test_only
+    compiled = args.compiled or not _interpreter()
     every = all_mutants(modules=args.module)
     if args.id:
         every_ids = {m.id for m in every}
@@ -83,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             p.error(f"no mutant {missing}")
     chosen = select([m for m in every if not args.id or m.id in args.id], functions=args.function, operators=args.operator, sample=args.sample, seed=args.seed,
-                    gpu_only=args.gpu_only_operators or not _interpreter())
+                    gpu_only=args.gpu_only_operators or compiled, interpreted=not compiled)
     if args.diff:
         m = next((m for m in every if m.id == args.diff), None)
         if m is None:
@@ -111,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         triage = json.loads(TRIAGE_FILE.read_text()) if TRIAGE_FILE.exists() else {}
         runs_path = runs_file(args.store)
         runs = json.loads(runs_path.read_text()) if runs_path.exists() else []
-        args.report.write_text(to_markdown(every, results, triage, runs, args.on))
+        args.report.write_text(to_markdown(every, results, triage, runs, args.on, compiled=compiled))
         print(f"wrote {args.report}")
     rs = [results[m.key] for m in chosen if m.key in results]
     return 1 if any(r["status"] == "survived" for r in rs) else 0

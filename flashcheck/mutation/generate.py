@@ -32,8 +32,9 @@ def _suite(*names: str) -> tuple[str, ...]:
     return tuple(str((SUITE / n).relative_to(HOME)) for n in names)
 
 
-SOFTMAX_TESTS = _suite("test_softmax.py", "test_softmax_metamorphic.py", "test_regressions.py")
-ATTENTION_TESTS = _suite("test_attention.py", "test_regressions.py")
+# The *_gpu.py files skip under the interpreter; on a GPU they are where narrow_int64 mutants die.
+SOFTMAX_TESTS = _suite("test_softmax.py", "test_softmax_metamorphic.py", "test_softmax_gpu.py", "test_regressions.py")
+ATTENTION_TESTS = _suite("test_attention.py", "test_attention_gpu.py", "test_regressions.py")
 
 ALL_TARGETS: tuple[Target, ...] = (
     Target("softmax", "softmax", {
@@ -69,6 +70,7 @@ class Mutant:
     description: str  # "`a < b` -> `a <= b`"
     specs: tuple[str, ...]  # registered kernels whose code this changes
     source: str  # the whole mutated module
+    interpreter_only: bool = False  # in code a GPU never compiles (`interpreter_only_nodes`)
 
     @property
     def key(self) -> str:
@@ -118,6 +120,49 @@ def specs_of_functions(source: str, roots: dict[str, tuple[str, ...]]) -> dict[s
         visit(root, specs, set())
     order = {s: i for i, s in enumerate(s for specs in roots.values() for s in specs)}
     return {k: tuple(sorted(v, key=order.get)) for k, v in out.items() if v}
+
+
+#: Constexpr flags that launchers set to `bf16_as_bits(...)`: True only under Triton's interpreter
+#: (its bf16 casts are wrong, so bf16 moves as int16 bits there). On a GPU the body of an `if FLAG:`
+#: is never compiled, so a mutant inside it cannot change a compiled kernel.
+#: tests/test_shrinking.py holds every launch of these flags to bf16_as_bits.
+INTERPRETER_FLAGS = ("BF16_BITS", "MASK_BF16_BITS", "X_BITS", "Y_BITS")
+
+
+def _flag_body(node: ast.AST, field: str) -> bool:
+    return (isinstance(node, ast.If) and field == "body" and isinstance(node.test, ast.Name)
+            and node.test.id in INTERPRETER_FLAGS)
+
+
+def interpreter_only_nodes(source: str) -> set[int]:
+    """ids of the AST nodes (of `jit_functions(source)`, parsed once here) that only the interpreter
+    runs: inside the body of an `if FLAG:` (INTERPRETER_FLAGS), or in a jit function whose every
+    call is such a node. Keyed by (lineno, col, end_lineno, end_col, type) so a fresh parse matches."""
+    fns = jit_functions(source)
+    inside: dict[str, set[tuple]] = {}
+    calls: dict[str, list[bool]] = {name: [] for name in fns}
+
+    def where(n: ast.AST) -> tuple:
+        return (n.lineno, n.col_offset, n.end_lineno, n.end_col_offset, type(n).__name__)
+
+    def rec(node: ast.AST, on: bool, acc: set[tuple]) -> None:
+        if on and hasattr(node, "end_lineno"):
+            acc.add(where(node))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in calls:
+            calls[node.func.id].append(on)
+        for field, value in ast.iter_fields(node):
+            for child in value if isinstance(value, list) else [value]:
+                if isinstance(child, ast.AST):
+                    rec(child, on or _flag_body(node, field), acc)
+
+    for name, fn in fns.items():
+        inside[name] = set()
+        for stmt in fn.body:
+            rec(stmt, False, inside[name])
+    dead = {name for name, cs in calls.items() if cs and all(cs)}
+    for name in dead:
+        inside[name] = {where(n) for n in ast.walk(fns[name]) if hasattr(n, "end_lineno")}
+    return set().union(*inside.values()) if inside else set()
 
 
 def _rescale_names(fn: ast.FunctionDef) -> set[str]:
@@ -172,6 +217,7 @@ def generate(target: Target, *, operators: list[str] | None = None, functions: l
     lines = source.splitlines()
     starts = _offsets(source)
     fn_specs = specs_of_functions(source, target.roots)
+    interp_only = interpreter_only_nodes(source)
     ops = {k: OPERATORS[k] for k in (operators or OPERATORS)}
     seen: set[str] = set()
     out: list[Mutant] = []
@@ -212,7 +258,9 @@ def generate(target: Target, *, operators: list[str] | None = None, functions: l
                     out.append(Mutant(
                         id=f"{target.module}:{name}:{op_name}:{node.lineno}:{k}", module=target.module,
                         family=target.family, function=name, operator=op_name, line=node.lineno,
-                        description=desc, specs=fn_specs[name], source=new_source))
+                        description=desc, specs=fn_specs[name], source=new_source,
+                        interpreter_only=(node.lineno, node.col_offset, node.end_lineno, node.end_col_offset,
+                                          type(node).__name__) in interp_only))
     return out
 
 
@@ -227,10 +275,12 @@ def all_mutants(*, modules: list[str] | None = None, **kw: Any) -> list[Mutant]:
 
 
 def select(mutants: list[Mutant], *, functions: list[str] | None, operators: list[str] | None,
-           sample: int | None, seed: int, gpu_only: bool = False) -> list[Mutant]:
+           sample: int | None, seed: int, gpu_only: bool = False, interpreted: bool = True) -> list[Mutant]:
+    """gpu_only: keep the GPU-only operators' mutants; interpreted: keep the interpreter-only ones."""
     out = [m for m in mutants if (not functions or m.function in functions)
            and (not operators or m.operator in operators)
-           and (gpu_only or m.operator not in GPU_ONLY_OPERATORS)]
+           and (gpu_only or m.operator not in GPU_ONLY_OPERATORS)
+           and (interpreted or not m.interpreter_only)]
     if sample is not None and sample < len(out):
         out = sorted(random.Random(seed).sample(out, sample), key=out.index)
     return out

@@ -6,7 +6,7 @@ import subprocess
 from typing import Any
 
 from flashcheck import HOME
-from flashcheck.mutation.generate import Mutant
+from flashcheck.mutation.generate import INTERPRETER_FLAGS, Mutant
 from flashcheck.mutation.operators import GPU_ONLY_OPERATORS, OPERATORS
 from flashcheck.mutation.runner import CONFIRMED, HANG_FACTOR, classify
 
@@ -30,13 +30,15 @@ def _git(*args: str) -> str:
 
 
 def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triage: dict[str, str],
-                runs: list[dict[str, Any]], where: str = "Triton interpreter (CPU)") -> str:
+                runs: list[dict[str, Any]], where: str = "Triton interpreter (CPU)", *, compiled: bool = False) -> str:
     def status(r: dict[str, Any]) -> str:  # verdicts of the confirmation runs stand as stored
         return r["status"] if r["status"] in CONFIRMED else classify(r["returncode"], r["status"] == "timed_out",
                                                                bool(r["caught_by_test"]), r["probe"])
 
-    rows = [(m, dict(results[m.key], status=status(results[m.key]))) for m in mutants if m.key in results]
-    errors = [m.id for m, r in rows if r["status"] == "error"]
+    rows = [(m, dict(results[m.key], status=status(results[m.key]))) for m in mutants
+            if m.key in results and not (compiled and m.interpreter_only)]
+    narrowed = [m.id for m, r in rows if r["status"] == "error" and r.get("only_tests")]
+    errors = [m.id for m, r in rows if r["status"] == "error" and not r.get("only_tests")]
     rows = [(m, r) for m, r in rows if r["status"] != "error"]
     commit = _git("log", "-1", "--format=%h %cs", "--", "kernels/")
     out = ["# flashcheck mutation score", "",
@@ -54,16 +56,27 @@ def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triag
              f"({r['date']})" + (f". {r['note']}" if r.get("note") else "") for r in runs], ""]
     if errors:
         out += [f"Engine errors (pytest could not run; not counted, to be re-run): {', '.join(errors)}", ""]
+    if narrowed:
+        out += [f"Undecided, not counted ({len(narrowed)}): each passed a narrowed run (`--only-tests`, or "
+                f"`--first-test-only`: the test that killed it elsewhere) and awaits the whole suite: "
+                f"{', '.join(narrowed)}", ""]
     gen_total = len(mutants)
-    gpu = [m for m in mutants if m.operator in GPU_ONLY_OPERATORS and m.key not in results]
+    if compiled:  # code a GPU never compiles: the interpreter's mutation run is where they die
+        left_out = [m for m in mutants if m.interpreter_only and m.key not in results]
+        left_out_txt = (f"interpreter-only, not compiled on a GPU: {len(left_out)} (inside `if FLAG:` for the "
+                        f"constexprs {', '.join(INTERPRETER_FLAGS)}, which launchers set to `bf16_as_bits(...)`, "
+                        "False on a GPU, or in helpers only such code calls; the interpreter's report scores them)")
+    else:
+        left_out = [m for m in mutants if m.operator in GPU_ONLY_OPERATORS and m.key not in results]
+        left_out_txt = (f"GPU-only, not run under the interpreter: {len(left_out)} ({', '.join(GPU_ONLY_OPERATORS)}: "
+                        "int32 offsets only overflow past 2^31 elements; flashcheck/suite/test_softmax_gpu.py and "
+                        "test_attention_gpu.py are where they can die)")
     per_mod: dict[str, list[int]] = {}
     for m in mutants:
         c = per_mod.setdefault(f"{m.module}.{m.function}", [0, 0])
         c[0] += 1
         c[1] += m.key in results
-    out += [f"Mutants generated: {gen_total}; run: {len(rows)}; GPU-only, not run under the interpreter: "
-            f"{len(gpu)} ({', '.join(GPU_ONLY_OPERATORS)}: int32 offsets only overflow past 2^31 elements; "
-            "flashcheck/suite/test_softmax_gpu.py is where they can die).", "",
+    out += [f"Mutants generated: {gen_total}; run: {len(rows)}; {left_out_txt}.", "",
             "Generated / run per function: " + "; ".join(f"{k} {v[1]}/{v[0]}" for k, v in sorted(per_mod.items())) + ".",
             ""]
     out += ["## Score per kernel", "",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as _dt
+import functools
+import hashlib
 import json
 import shutil
 import subprocess
@@ -95,6 +97,45 @@ def _install_spec(tmp: Path, module: str, family: str, source: str, specs: tuple
 
 _BASELINE: dict[tuple[str, str], Any] = {}  # (module, test node id) -> Future[(why | None, wall s)]
 _BASELINE_LOCK = threading.Lock()
+#: Where baseline verdicts persist (`<store>_baselines.json`, set by `run`), keyed by the unmutated
+#: module's source hash and the test: a compiled baseline costs minutes, and a device session's
+#: calls each start a fresh process.
+BASELINE_FILE: Path | None = None
+
+
+@functools.lru_cache(maxsize=1)
+def _code_digest() -> str:
+    """sha256 over every .py of kernels/, oracles/, strategies/ and flashcheck/ (the suite, its
+    properties and its engine): a saved baseline holds only for the code it ran."""
+    h = hashlib.sha256()
+    for top in ("kernels", "oracles", "strategies", "flashcheck"):
+        for p in sorted((HOME / top).rglob("*.py")):
+            h.update(str(p.relative_to(HOME)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def _baseline_key(module: str, nodeid: str) -> str:
+    return f"{_code_digest()}:{module}:{nodeid}"
+
+
+def baselines_file(store: Path) -> Path:
+    return store.with_name(store.stem + "_baselines.json")
+
+
+def _saved_baseline(module: str, nodeid: str) -> tuple[str | None, float] | None:
+    if BASELINE_FILE is None or not BASELINE_FILE.exists():
+        return None
+    got = json.loads(BASELINE_FILE.read_text()).get(_baseline_key(module, nodeid))
+    return (got["why"], got["wall"]) if got else None
+
+
+def _save_baseline(module: str, nodeid: str, why: str | None, wall: float) -> None:
+    if BASELINE_FILE is None:
+        return
+    with _STORE_LOCK:
+        saved = json.loads(BASELINE_FILE.read_text()) if BASELINE_FILE.exists() else {}
+        saved[_baseline_key(module, nodeid)] = {"why": why, "wall": wall}
+        atomic.write_text(BASELINE_FILE, json.dumps(saved, indent=1))
 
 
 def baseline_run(module: str, family: str, nodeid: str, *, timeout: float) -> tuple[str | None, float]:
@@ -115,8 +156,12 @@ def baseline_run(module: str, family: str, nodeid: str, *, timeout: float) -> tu
             fut = _BASELINE[(module, nodeid)] = Future()
     if not owner:
         return fut.result()
+    saved = _saved_baseline(module, nodeid)
+    if saved is not None:
+        fut.set_result(saved)
+        return saved
     tmp = Path(tempfile.mkdtemp(prefix="mutant-baseline-"))
-    wall = float("inf")
+    wall, decisive = float("inf"), False
     try:
         spec_file, _ = _install_spec(tmp, module, family, module_file(module).read_text(), ())
         r = run_pytest([nodeid, f"--family={family}", "--no-save-fixtures"], env_extra={MUTANT_ENV: str(spec_file)},
@@ -125,10 +170,14 @@ def baseline_run(module: str, family: str, nodeid: str, *, timeout: float) -> tu
         failed = r["data"].get("tests_failed") or []
         why = None if r["returncode"] == 0 and not r["timed_out"] else (
             failed[0]["summary"] if failed else f"exit {r['returncode']}" + (" (timed out)" if r["timed_out"] else ""))
+        # a pass or a failing test decides; a harness failure or a timeout (maybe load) runs again next time
+        decisive = not r["timed_out"] and (r["returncode"] == 0 or bool(failed))
     except Exception as exc:  # noqa: BLE001  (a waiting thread must not hang on an unset future)
         why = f"{type(exc).__name__}: {exc}"
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if decisive:
+        _save_baseline(module, nodeid, why, wall)
     fut.set_result((why, wall))
     return why, wall
 
@@ -243,6 +292,8 @@ def decided(results: dict[str, dict[str, Any]], key: str) -> bool:
 
 def run(mutants: list[Mutant], *, jobs: int, timeout: float, store: Path, resume: bool, probe_first: bool = False,
         log: Callable[[str], None] = print) -> dict[str, dict[str, Any]]:
+    global BASELINE_FILE
+    BASELINE_FILE = baselines_file(store)
     results = load_store(store)
     todo = [m for m in mutants if not (resume and decided(results, m.key))]
     log(f"{len(mutants)} mutants selected, {len(mutants) - len(todo)} already in {store}, running {len(todo)}")

@@ -1,0 +1,118 @@
+"""GPU-only attention tests: element offsets past 2^31.
+
+A kernel that computes a batch, head, row or key offset in int32 reads the wrong element once the
+offset passes 2^31 (FlashAttention and xformers have both shipped such overflows). Each case here
+is a small problem whose views sit in storages of more than 2^31 elements, with strides that carry
+one kind of offset past 2^31; the padding between the view's elements is NaN, so a wrong address
+shows as NaN or as an error past the bound. Every output is checked against the certified oracle
+(`oracles.attention.attention_oracle`) with the kernel's bound (`compare_attention`). The storages
+take 4-6 GB each, out of reach of the Triton interpreter: the module skips there.
+
+Not covered: offsets past 2^31 in the kernel's own outputs (o, lse, split-KV partials), which need
+an output of more than 2^31 elements and an oracle over it, and varlen's sequence starts.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from flashcheck import devices, kernels
+from flashcheck.external import declared_as
+from flashcheck.kernels.registry import KernelSpec
+from flashcheck.limits import within_declared_numel
+from flashcheck.oracles.attention import attention_oracle, compare_attention
+from flashcheck.properties_attention_outcome import blocking, fp32_dot
+
+pytestmark = pytest.mark.skipif(kernels.INTERPRET, reason="GPU only: storages of more than 2^31 elements are "
+                                "out of reach of the Triton interpreter")
+
+FAMILY = "attention"
+D = 64
+BIG = 2**31 + 64  # a stride past 2^31 that keeps 16-element (32-byte) alignment
+
+
+@pytest.fixture
+def big_memory(request: pytest.FixtureRequest):
+    """Several GB per test: such tests take turns on the GPU (`devices.exclusive_memory`)."""
+    with devices.exclusive_memory(request.node.nodeid):
+        yield
+
+
+def _view(shape: tuple[int, ...], strides: tuple[int, ...], seed: int) -> torch.Tensor:
+    """An fp16 view of `shape` and `strides` in a NaN-filled storage just large enough: normal values
+    in the view, NaN between its elements (any read outside the view poisons the output)."""
+    size = 1 + sum((s - 1) * st for s, st in zip(shape, strides))
+    buf = torch.full((size,), float("nan"), dtype=torch.float16, device="cuda")
+    view = buf.as_strided(shape, strides)
+    g = torch.Generator("cuda").manual_seed(seed)
+    view.copy_(torch.randn(shape, device="cuda", generator=g, dtype=torch.float32))
+    return view
+
+
+def _contiguous(shape: tuple[int, ...], seed: int) -> torch.Tensor:
+    strides = tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))
+    return _view(shape, strides, seed)
+
+
+# name -> (q, k, v, kwargs, the feature it needs or None): each puts one kind of offset past 2^31
+def _rows_of_keys():  # key block starts: 64 * 2^25 = 2^31
+    return _contiguous((1, 1, 16, D), 1), _view((1, 1, 80, D), (0, 0, 2**25, 1), 2), \
+        _view((1, 1, 80, D), (0, 0, 2**25, 1), 3), {}, None
+
+
+def _rows_of_queries():  # query rows 64..79 start past 2^31
+    return _view((1, 1, 80, D), (0, 0, 2**25, 1), 4), _contiguous((1, 1, 16, D), 5), \
+        _contiguous((1, 1, 16, D), 6), {}, None
+
+
+def _batches():  # batch 1 of q, k and v starts past 2^31
+    return tuple(_view((2, 1, 16, D), (BIG, 16 * D, D, 1), s) for s in (7, 8, 9)) + ({}, None)
+
+
+def _heads():  # query heads 2 and 3, and key/value head 1, start past 2^31 (GQA: 4 query heads, 2 kv)
+    q = _view((1, 4, 16, D), (0, 2**30 + 64, D, 1), 10)
+    return q, _view((1, 2, 16, D), (0, BIG, D, 1), 11), _view((1, 2, 16, D), (0, BIG, D, 1), 12), {}, "gqa"
+
+
+def _mask_rows():  # a boolean mask whose rows 32.. start past 2^31 bytes
+    q, k, v = _contiguous((1, 1, 48, D), 13), _contiguous((1, 1, 16, D), 14), _contiguous((1, 1, 16, D), 15)
+    size = 1 + 47 * 2**26 + 15
+    keep = torch.zeros((size,), dtype=torch.bool, device="cuda").as_strided((1, 1, 48, 16), (0, 0, 2**26, 1))
+    g = torch.Generator("cuda").manual_seed(16)
+    keep.copy_(torch.rand((1, 1, 48, 16), device="cuda", generator=g) < 0.7)
+    keep[..., 0] = True  # every row sees a key
+    return q, k, v, {"attn_mask": keep}, "attn_mask"
+
+
+CASES = {"key_rows": _rows_of_keys, "query_rows": _rows_of_queries, "batches": _batches, "heads": _heads,
+         "mask_rows": _mask_rows}
+
+
+@pytest.mark.parametrize("which", sorted(CASES))
+def test_offsets_past_2_31(spec: KernelSpec, which: str, big_memory: None) -> None:
+    """Views whose batch, head, row, key or mask offsets pass 2^31 elements: within the bound."""
+    if spec.contiguous_only:
+        pytest.skip(f"{spec.name} declares contiguous_only: these are strided views")
+    if not spec.supports(torch.float16) or not spec.supports_head_dim(D):
+        pytest.skip(f"{spec.name} does not take fp16 with head dim {D}")
+    q, k, v, kw, needs = CASES[which]()
+    if needs is not None and not spec.has(needs):
+        pytest.skip(f"{spec.name} does not declare {needs}")
+    if not within_declared_numel(spec, {"q": q, "k": k, "v": v}):
+        pytest.skip(f"{spec.name} declares {declared_as(spec, 'max_numel')}")
+    out = spec.fn(q, k, v, **kw)
+    out = out[0] if isinstance(out, tuple) else out
+    torch.cuda.synchronize()
+    oracle = attention_oracle(q, k, v, **kw)
+    bn, nb = blocking(spec, D, k.shape[2], q.dtype, kw)
+    c = compare_attention(out, oracle, block_n=bn, n_blocks=nb, fp32_dot=fp32_dot(spec))
+    bad = c.violations
+    if bad.any():
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise AssertionError(
+            f"{spec.name} [{which}]: {int(bad.sum())} of {bad.size} outputs exceed the bound; worst first at "
+            f"{list(idx)}: kernel={c.actual[idx]!r} expected={c.oracle[idx]!r} bound={c.bound[idx]:.3g}\n"
+            f"  q {tuple(q.shape)} stride={q.stride()}; k {tuple(k.shape)} stride={k.stride()}; "
+            f"v {tuple(v.shape)} stride={v.stride()}; {sorted(kw)}\n"
+            f"  replay: pytest '{__name__.replace('.', '/')}.py::test_offsets_past_2_31' -k {which}")
