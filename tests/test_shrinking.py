@@ -135,7 +135,7 @@ def test_a_baseline_verdict_is_saved_for_the_next_process(monkeypatch, tmp_path)
         assert runner.baseline_run("softmax", "softmax", "t.py::test_ok", timeout=9) == (None, 7.0)
         assert runner.baseline_run("softmax", "softmax", "t.py::test_slow", timeout=9)[0].endswith("(timed out)")
     assert calls == ["t.py::test_ok", "t.py::test_slow", "t.py::test_slow"]
-    monkeypatch.setattr(runner, "_code_digest", lambda: "other code")
+    monkeypatch.setattr(runner, "_code_digest", lambda test_file: "other code")
     monkeypatch.setattr(runner, "_BASELINE", {})
     runner.baseline_run("softmax", "softmax", "t.py::test_ok", timeout=9)
     assert calls[-1] == "t.py::test_ok"

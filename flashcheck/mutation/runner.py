@@ -103,19 +103,22 @@ _BASELINE_LOCK = threading.Lock()
 BASELINE_FILE: Path | None = None
 
 
-@functools.lru_cache(maxsize=1)
-def _code_digest() -> str:
-    """sha256 over every .py of kernels/, oracles/, strategies/ and flashcheck/ (the suite, its
-    properties and its engine): a saved baseline holds only for the code it ran."""
+@functools.lru_cache(maxsize=None)
+def _code_digest(test_file: str) -> str:
+    """sha256 over what a test's verdict depends on: kernels/, oracles/, strategies/, the engine
+    (flashcheck/*.py, not the mutation tool), the suite's conftest and the test's own file. A saved
+    baseline holds only for that code."""
     h = hashlib.sha256()
-    for top in ("kernels", "oracles", "strategies", "flashcheck"):
-        for p in sorted((HOME / top).rglob("*.py")):
+    files = [p for top in ("kernels", "oracles", "strategies") for p in sorted((HOME / top).rglob("*.py"))]
+    files += sorted((HOME / "flashcheck").glob("*.py")) + [HOME / "flashcheck" / "suite" / "conftest.py", HOME / test_file]
+    for p in files:
+        if p.is_file():
             h.update(str(p.relative_to(HOME)).encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
 
 def _baseline_key(module: str, nodeid: str) -> str:
-    return f"{_code_digest()}:{module}:{nodeid}"
+    return f"{_code_digest(nodeid.split('::')[0])}:{module}:{nodeid}"
 
 
 def baselines_file(store: Path) -> Path:
