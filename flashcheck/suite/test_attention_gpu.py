@@ -3,8 +3,9 @@
 A kernel that computes a batch, head, row or key offset in int32 reads the wrong element once the
 offset passes 2^31 (FlashAttention and xformers have both shipped such overflows). Each case here
 is a small problem whose views sit in storages of more than 2^31 elements, with strides that carry
-one kind of offset past 2^31; the padding between the view's elements is NaN, so a wrong address
-shows as NaN or as an error past the bound. Every output is checked against the certified oracle
+one kind of offset past 2^31 (an int32 stride times an index: a stride of 2^31 or more reaches a
+kernel as int64 and hides an int32 index); the padding between the view's elements is NaN, so a
+wrong address shows as NaN or as an error past the bound. Every output is checked against the certified oracle
 (`oracles.attention.attention_oracle`) with the kernel's bound (`compare_attention`). The storages
 take 4-6 GB each, out of reach of the Triton interpreter: the module skips there.
 
@@ -29,7 +30,10 @@ pytestmark = pytest.mark.skipif(kernels.INTERPRET, reason="GPU only: storages of
 
 FAMILY = "attention"
 D = 64
-BIG = 2**31 + 64  # a stride past 2^31 that keeps 16-element (32-byte) alignment
+# Strides under 2^31 (so they reach the kernel as int32, as most strides do) times an index
+# that carries the offset past 2^31: an index or product left in int32 overflows.
+BIG = 2**30 + 64  # index 2 lands at 2^31 + 128 (a multiple of 16: 16-byte loads stay aligned)
+ROW = 2**25  # row 64 (a key block's start) lands at 2^31
 
 
 @pytest.fixture
@@ -55,38 +59,54 @@ def _contiguous(shape: tuple[int, ...], seed: int) -> torch.Tensor:
     return _view(shape, strides, seed)
 
 
-# name -> (q, k, v, kwargs, the feature it needs or None): each puts one kind of offset past 2^31
-def _rows_of_keys():  # key block starts: 64 * 2^25 = 2^31
-    return _contiguous((1, 1, 16, D), 1), _view((1, 1, 80, D), (0, 0, 2**25, 1), 2), \
-        _view((1, 1, 80, D), (0, 0, 2**25, 1), 3), {}, None
+def _mask(shape: tuple[int, ...], strides: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """A boolean keep-mask (each row keeps key 0) or a float bias (0 or -inf, key 0 kept) as a view
+    of `shape` and `strides`."""
+    size = 1 + sum((s - 1) * st for s, st in zip(shape, strides))
+    t = torch.zeros((size,), dtype=dtype, device="cuda").as_strided(shape, strides)
+    keep = torch.rand(shape, device="cuda", generator=torch.Generator("cuda").manual_seed(seed)) < 0.7
+    keep[..., 0] = True
+    t.copy_(keep if dtype == torch.bool else torch.where(keep, 0.0, float("-inf")).to(dtype))
+    return t
 
 
-def _rows_of_queries():  # query rows 64..79 start past 2^31
-    return _view((1, 1, 80, D), (0, 0, 2**25, 1), 4), _contiguous((1, 1, 16, D), 5), \
+# name -> (q, k, v, kwargs, the feature it needs or None): each carries one kind of offset past 2^31
+def _rows_of_keys():  # key block 64.. of k and v
+    return _contiguous((1, 1, 16, D), 1), _view((1, 1, 80, D), (0, 0, ROW, 1), 2), \
+        _view((1, 1, 80, D), (0, 0, ROW, 1), 3), {}, None
+
+
+def _rows_of_queries():  # query rows 64..79
+    return _view((1, 1, 80, D), (0, 0, ROW, 1), 4), _contiguous((1, 1, 16, D), 5), \
         _contiguous((1, 1, 16, D), 6), {}, None
 
 
-def _batches():  # batch 1 of q, k and v starts past 2^31
-    return tuple(_view((2, 1, 16, D), (BIG, 16 * D, D, 1), s) for s in (7, 8, 9)) + ({}, None)
+def _batches():  # batch 2 of q, k and v
+    return tuple(_view((3, 1, 16, D), (BIG, 16 * D, D, 1), s) for s in (7, 8, 9)) + ({}, None)
 
 
-def _heads():  # query heads 2 and 3, and key/value head 1, start past 2^31 (GQA: 4 query heads, 2 kv)
-    q = _view((1, 4, 16, D), (0, 2**30 + 64, D, 1), 10)
-    return q, _view((1, 2, 16, D), (0, BIG, D, 1), 11), _view((1, 2, 16, D), (0, BIG, D, 1), 12), {}, "gqa"
+def _heads(m: int):  # query heads 4 and 5, key/value head 2 (GQA: 6 query heads, 3 kv heads)
+    def case():  # 16 query rows: packed GQA rows (one program per kv head); 48: one per query head
+        q = _view((1, 6, m, D), (0, 2**29 + 64, D, 1), 10)
+        return q, _view((1, 3, 16, D), (0, BIG, D, 1), 11), _view((1, 3, 16, D), (0, BIG, D, 1), 12), {}, "gqa"
+    return case
 
 
-def _mask_rows():  # a boolean mask whose rows 32.. start past 2^31 bytes
+def _mask_rows():  # a boolean mask's rows 32..47
     q, k, v = _contiguous((1, 1, 48, D), 13), _contiguous((1, 1, 16, D), 14), _contiguous((1, 1, 16, D), 15)
-    size = 1 + 47 * 2**26 + 15
-    keep = torch.zeros((size,), dtype=torch.bool, device="cuda").as_strided((1, 1, 48, 16), (0, 0, 2**26, 1))
-    g = torch.Generator("cuda").manual_seed(16)
-    keep.copy_(torch.rand((1, 1, 48, 16), device="cuda", generator=g) < 0.7)
-    keep[..., 0] = True  # every row sees a key
-    return q, k, v, {"attn_mask": keep}, "attn_mask"
+    return q, k, v, {"attn_mask": _mask((1, 1, 48, 16), (0, 0, 2**26, 1), torch.bool, 16)}, "attn_mask"
 
 
-CASES = {"key_rows": _rows_of_keys, "query_rows": _rows_of_queries, "batches": _batches, "heads": _heads,
-         "mask_rows": _mask_rows}
+def _mask_keys(dtype: torch.dtype):  # a mask's key block 64.. (boolean keep-mask or float bias)
+    def case():
+        q, k, v = _contiguous((1, 1, 16, D), 17), _contiguous((1, 1, 80, D), 18), _contiguous((1, 1, 80, D), 19)
+        return q, k, v, {"attn_mask": _mask((1, 1, 16, 80), (0, 0, 1, ROW), dtype, 20)}, "attn_mask"
+    return case
+
+
+CASES = {"key_rows": _rows_of_keys, "query_rows": _rows_of_queries, "batches": _batches,
+         "heads_packed": _heads(16), "heads": _heads(48),
+         "mask_rows": _mask_rows, "mask_keys": _mask_keys(torch.bool), "bias_keys": _mask_keys(torch.float16)}
 
 
 @pytest.mark.parametrize("which", sorted(CASES))
