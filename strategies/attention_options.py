@@ -77,7 +77,7 @@ def _diagonal_across_edge(draw, lim, m: int, align: str) -> int | None:
 
 
 WINDOW_EDGES = ("zero", "one", "unlimited", "wider_than_n", "any")
-WINDOW_AIMS = ("edges", "wider_than_n", "empties_rows", "block_edge", "rows_past_keys")
+WINDOW_AIMS = ("rows_past_keys", "edges", "wider_than_n", "empties_rows", "block_edge")
 # N = 1 (mod 16, so mod every key-block width <= 16 too; N = 1 for any width): the keys end one past a block edge
 KEYS_ONE_PAST_A_BLOCK_EDGE = (1, 17, 33)
 
