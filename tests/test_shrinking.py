@@ -115,6 +115,35 @@ def test_a_kill_counts_only_where_the_unmutated_kernels_pass_the_test(monkeypatc
     assert calls[-1] == "t.py::test_x"  # the baseline ran the killing test alone
 
 
+def test_a_helper_mutant_the_suite_misses_runs_the_helpers_own_test(monkeypatch) -> None:
+    """A slip in the interpreter's bf16 emulation stays inside every bound: where the suite passes
+    such a mutant, the helpers' exactness self-test runs (without --family, which keeps only tests
+    that check a kernel), and its kill is confirmed the same way."""
+    import flashcheck.killrun as killrun
+    from flashcheck.mutation import runner
+    from flashcheck.mutation.generate import all_mutants
+
+    m = next(x for x in all_mutants(modules=["_common"]) if x.function == "store_f32")
+    unit = runner.unit_tests(m)[0]
+    calls = []
+
+    def fake(args, **kw):  # noqa: ANN001, ANN003
+        calls.append(args)
+        if args[0] == unit:  # the helpers' test: fails
+            failed = [{"nodeid": f"{unit}::test_x", "summary": "AssertionError"}]
+            return {"returncode": 1, "timed_out": False, "wall_seconds": 2.0, "tail": "",
+                    "data": {"tests_failed": failed, "first": {"message": "AssertionError"}}}
+        return {"returncode": 0, "timed_out": False, "wall_seconds": 5.0, "tail": "", "data": {}}
+
+    monkeypatch.setattr(killrun, "run_pytest", fake)
+    monkeypatch.setattr(runner, "_BASELINE", {})
+    r = runner.run_mutant(m, timeout=60)
+    assert r["status"] == "killed" and r["caught_by_test"] == f"{unit}::test_x", r
+    assert r["wall_seconds"] == 7.0
+    suite, units, baseline = calls
+    assert any(a.startswith("--family") for a in suite) and not any(a.startswith("--family") for a in units + baseline)
+
+
 def test_a_baseline_verdict_is_saved_for_the_next_process(monkeypatch, tmp_path) -> None:
     """A compiled baseline costs minutes and each device call is a new process: its verdict is
     kept beside the store, for this code only, and a timeout (maybe load) is not kept."""

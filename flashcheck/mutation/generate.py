@@ -19,12 +19,14 @@ from flashcheck.mutation.operators import GPU_ONLY_OPERATORS, OPERATORS, is_tl
 class Target:
     """One production kernel module. `roots`: its @triton.jit functions that a launcher calls, with the
     registered specs that launch them; helpers get the union of the specs of the roots that call
-    them (the call graph is read from the source). `tests`: the family's suite files."""
+    them (the call graph is read from the source). `tests`: the family's suite files. `unit_tests`:
+    self-test files of the module's helpers, run whole after the suite (not narrowed to the specs)."""
 
     module: str  # file kernels/<module>.py, imported as flashcheck.kernels.<module>
     family: str
     roots: dict[str, tuple[str, ...]]
     tests: tuple[str, ...]
+    unit_tests: tuple[str, ...] = ()
 
 
 def _suite(*names: str) -> tuple[str, ...]:
@@ -35,6 +37,9 @@ def _suite(*names: str) -> tuple[str, ...]:
 # The *_gpu.py files skip under the interpreter; on a GPU they are where narrow_int64 mutants die.
 SOFTMAX_TESTS = _suite("test_softmax.py", "test_softmax_metamorphic.py", "test_softmax_gpu.py", "test_regressions.py")
 ATTENTION_TESTS = _suite("test_attention.py", "test_attention_gpu.py", "test_regressions.py")
+# The interpreter's bf16 emulation (store_f32 and the loads' BF16_BITS branches, attention's P
+# rounding): a wrong tie or NaN stays inside every bound, so its own exactness test runs too.
+BF16_BITS_TESTS = ("tests/test_bf16_bits.py",)
 
 ALL_TARGETS: tuple[Target, ...] = (
     Target("softmax", "softmax", {
@@ -44,14 +49,14 @@ ALL_TARGETS: tuple[Target, ...] = (
         "_split_merge_kernel": ("softmax_split",),
         "_split_normalize_kernel": ("softmax_split",),
     }, SOFTMAX_TESTS),
-    Target("attention", "attention", {"_attn_fwd_kernel": ("attention",)}, ATTENTION_TESTS),
+    Target("attention", "attention", {"_attn_fwd_kernel": ("attention",)}, ATTENTION_TESTS, BF16_BITS_TESTS),
     Target("attention_merge", "attention", {"_attn_merge_kernel": ("attention",)}, ATTENTION_TESTS),
     # The shared 16-bit I/O of kernels/_common.py: softmax's loads read -inf padding, attention's read
     # zeros. store_f32 serves both families; its mutants run the softmax suite.
     Target("_common", "softmax", {"load_f32": ("softmax_row", "softmax_online", "softmax_split"),
                                   "store_f32": ("softmax_row", "softmax_online", "softmax_split")},
-           SOFTMAX_TESTS),
-    Target("_common", "attention", {"load_f32_zero": ("attention",)}, ATTENTION_TESTS),
+           SOFTMAX_TESTS, BF16_BITS_TESTS),
+    Target("_common", "attention", {"load_f32_zero": ("attention",)}, ATTENTION_TESTS, BF16_BITS_TESTS),
 )
 
 

@@ -14,6 +14,7 @@ from typing import Any, Iterator
 from flashcheck.mutation.generate import module_file
 
 MUTANT_ENV = "FLASHCHECK_MUTANT"
+NO_PROBE_ENV = "FLASHCHECK_MUTANT_NO_PROBE"  # install the mutant, skip the probe (it ran with the suite)
 
 
 # ---- the pytest plugin (inside the subprocess) ----------------------------------------------------------
@@ -49,7 +50,7 @@ _ACTIVE = _install_from_env()
 
 def pytest_sessionfinish(session, exitstatus) -> None:  # noqa: ANN001
     """The suite passed: is the mutant observably different at all? Run the probe set."""
-    if _ACTIVE is None or int(exitstatus) != 0:
+    if _ACTIVE is None or int(exitstatus) != 0 or os.environ.get(NO_PROBE_ENV):
         return
     try:
         result = probe(_ACTIVE)

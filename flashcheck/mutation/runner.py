@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from flashcheck import HOME, atomic
 from flashcheck.mutation.generate import ALL_TARGETS, Mutant
-from flashcheck.mutation.probe import MUTANT_ENV
+from flashcheck.mutation.probe import MUTANT_ENV, NO_PROBE_ENV
 
 # ---- running ---------------------------------------------------------------------------------------------
 
@@ -46,11 +46,29 @@ def _specs_run(m: Mutant) -> tuple[str, ...]:
     return m.specs[:1] if FIRST_SPEC_ONLY else m.specs
 
 
+def unit_tests(m: Mutant) -> tuple[str, ...]:
+    """The self-test files of the mutated helpers (`Target.unit_tests`) present here (self-tests
+    do not ship in the wheel)."""
+    target = next(t for t in ALL_TARGETS if t.module == m.module and t.family == m.family)
+    return tuple(u for u in target.unit_tests if (HOME / u).is_file())
+
+
+def _is_unit_test(nodeid: str) -> bool:
+    return any(nodeid.split("::")[0] in t.unit_tests for t in ALL_TARGETS)
+
+
+def unit_args(m: Mutant) -> list[str]:
+    """The helpers' self-tests, whole: they take no kernel, so no --family (which runs only tests
+    that check a kernel) and no -k."""
+    return [*unit_tests(m), "-x", "--no-save-fixtures", "-p", "flashcheck.mutation.probe"]
+
+
 def suite_args(m: Mutant, nodeid: str | None = None) -> list[str]:
     """The pytest arguments of a mutant's run: its family's suite, or the one test `nodeid`."""
     tests = next(t.tests for t in ALL_TARGETS if t.module == m.module and t.family == m.family)
-    specs = _specs_run(m)
-    select = " or ".join(specs) if not ONLY_TESTS else f"({' or '.join(specs)}) and ({ONLY_TESTS})"
+    select = " or ".join(_specs_run(m))
+    if ONLY_TESTS:
+        select = f"({select}) and ({ONLY_TESTS})"
     where = [nodeid] if nodeid else [*tests, "-k", select]
     return [*where, f"--family={m.family}", "-x", "--no-save-fixtures", "-p", "flashcheck.mutation.probe"]
 
@@ -167,7 +185,8 @@ def baseline_run(module: str, family: str, nodeid: str, *, timeout: float) -> tu
     wall, decisive = float("inf"), False
     try:
         spec_file, _ = _install_spec(tmp, module, family, module_file(module).read_text(), ())
-        r = run_pytest([nodeid, f"--family={family}", "--no-save-fixtures"], env_extra={MUTANT_ENV: str(spec_file)},
+        family_arg = [] if _is_unit_test(nodeid) else [f"--family={family}"]
+        r = run_pytest([nodeid, *family_arg, "--no-save-fixtures"], env_extra={MUTANT_ENV: str(spec_file)},
                        shrink=False, timeout=timeout)
         wall = r["wall_seconds"]
         failed = r["data"].get("tests_failed") or []
@@ -233,6 +252,12 @@ def run_mutant(m: Mutant, *, timeout: float, probe_first: bool = False) -> dict[
             first_test = None
             r = run_pytest(suite_args(m), env_extra={MUTANT_ENV: str(spec_file)}, shrink=False, timeout=timeout)
             r["wall_seconds"] = round(r["wall_seconds"] + spent, 1)
+            # not caught by the suite (5: --only-tests selected none of it): the helpers' self-tests
+            if r["returncode"] in (0, 5) and not r["timed_out"] and unit_tests(m):
+                spent = r["wall_seconds"]
+                r = run_pytest(unit_args(m), env_extra={MUTANT_ENV: str(spec_file), NO_PROBE_ENV: "1"}, shrink=False,
+                               timeout=timeout)
+                r["wall_seconds"] = round(r["wall_seconds"] + spent, 1)
     data, rc = r["data"], r["returncode"]
     first = data.get("first") or {}
     failed = data.get("tests_failed") or []
