@@ -63,7 +63,7 @@ def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triag
                 f"{', '.join(narrowed)}", ""]
     gen_total = len(mutants)
     if compiled:  # code a GPU never compiles: the interpreter's mutation run is where they die
-        left_out = [m for m in mutants if m.interpreter_only and m.key not in results]
+        left_out = [m for m in mutants if m.interpreter_only]  # not scored here even where run
         left_out_txt = (f"interpreter-only, not compiled on a GPU: {len(left_out)} (inside `if FLAG:` for the "
                         f"constexprs {', '.join(INTERPRETER_FLAGS)}, which launchers set to `bf16_as_bits(...)`, "
                         "False on a GPU, or in helpers only such code calls; the interpreter's report scores them)")
@@ -76,7 +76,7 @@ def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triag
     for m in mutants:
         c = per_mod.setdefault(f"{m.module}.{m.function}", [0, 0])
         c[0] += 1
-        c[1] += m.key in results
+        c[1] += m.key in results and not (compiled and m.interpreter_only)
     out += [f"Mutants generated: {gen_total}; run: {len(rows)}; {left_out_txt}.", "",
             "Generated / run per function: " + "; ".join(f"{k} {v[1]}/{v[0]}" for k, v in sorted(per_mod.items())) + ".",
             ""]
