@@ -95,8 +95,9 @@ def window_edges(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_
     d = draw(_head_dim(lim))
     square = lim.shapes is not None and lim.shapes.square
     # Each aim is one defining input of the class, drawn outright (so every limit set, CPU or GPU,
-    # reaches all of them, and each shrinks to its simplest form): the edges as drawn; an edge wider
-    # than N; bottom-right rows that see no key; the last row's left edge one key past a block edge.
+    # reaches all of them, and each shrinks to its simplest form): top-left rows all past the last
+    # key (first: the simplest draw of every run reaches it); the edges as drawn; an edge wider than
+    # N; bottom-right rows that see no key; the last row's left edge one key past a block edge.
     aim = draw(st.sampled_from(WINDOW_AIMS))
     if aim == "block_edge":  # the last row's diagonal past key 17: a block edge to stand one key past
         m, n = (max(x, min(cap, 18 + draw(st.integers(0, 14)))) for x, cap in ((m, lim.max_m), (n, lim.max_n)))
@@ -107,10 +108,10 @@ def window_edges(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_
             n = m - 1 - draw(st.integers(0, m - 2))
     # Top-left rows all past the last key, which stands one past a block edge: a tile's partial
     # blocks then end at N itself, and a loop bound one short drops the block holding key N - 1.
-    past_keys = (aim == "rows_past_keys" and "top_left" in caps.aligns and not square
-                 and any(x < lim.max_m and x <= lim.max_n for x in KEYS_ONE_PAST_A_BLOCK_EDGE))
+    past_ns = [x for x in KEYS_ONE_PAST_A_BLOCK_EDGE if x < lim.max_m and x <= lim.max_n]
+    past_keys = aim == "rows_past_keys" and "top_left" in caps.aligns and not square and bool(past_ns)
     if past_keys:
-        n = draw(st.sampled_from([x for x in KEYS_ONE_PAST_A_BLOCK_EDGE if x < lim.max_m and x <= lim.max_n]))
+        n = draw(st.sampled_from(past_ns))
         m = draw(st.integers(n + 1, lim.max_m))
 
     def wider() -> int:

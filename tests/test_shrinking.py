@@ -92,6 +92,17 @@ def test_mutation_resume_runs_undecided_results_again() -> None:
     assert [key for key in "ksetqx" if decided(store, key)] == ["k", "s", "q"]
 
 
+def _run_result(wall: float, *, failed: str | None = None, summary: str = "AssertionError", timed_out: bool = False,
+                tail: str = "", **data) -> dict:
+    """What `killrun.run_pytest` returns, for a faked run: passed, failed at test `failed`, or timed
+    out; `data` adds to the plugin's JSON."""
+    if failed:
+        data = {"tests_failed": [{"nodeid": failed, "summary": summary}], "first": {"message": summary.split(":")[0]},
+                **data}
+    rc = -1 if timed_out else 1 if failed else 0
+    return {"returncode": rc, "timed_out": timed_out, "wall_seconds": wall, "tail": tail, "data": data}
+
+
 def test_a_kill_counts_only_where_the_unmutated_kernels_pass_the_test(monkeypatch) -> None:
     """An environment that fails every test (Triton 3.6's interpreter under NumPy 2.4 did) once
     "killed" every mutant: each kill is confirmed against the unmodified module, or it is an error."""
@@ -104,9 +115,7 @@ def test_a_kill_counts_only_where_the_unmutated_kernels_pass_the_test(monkeypatc
 
     def fake(args, **kw):  # noqa: ANN001, ANN003
         calls.append(args[0])
-        failed = [{"nodeid": "t.py::test_x", "summary": "InterpreterError: TypeError(...)"}]
-        return {"returncode": 1, "timed_out": False, "wall_seconds": 1.0, "tail": "",
-                "data": {"tests_failed": failed, "first": {"message": "InterpreterError"}}}
+        return _run_result(1.0, failed="t.py::test_x", summary="InterpreterError: TypeError(...)")
 
     monkeypatch.setattr(killrun, "run_pytest", fake)
     monkeypatch.setattr(runner, "_BASELINE", {})
@@ -130,10 +139,8 @@ def test_a_helper_mutant_the_suite_misses_runs_the_helpers_own_test(monkeypatch)
     def fake(args, **kw):  # noqa: ANN001, ANN003
         calls.append(args)
         if args[0] == unit:  # the helpers' test: fails
-            failed = [{"nodeid": f"{unit}::test_x", "summary": "AssertionError"}]
-            return {"returncode": 1, "timed_out": False, "wall_seconds": 2.0, "tail": "",
-                    "data": {"tests_failed": failed, "first": {"message": "AssertionError"}}}
-        return {"returncode": 0, "timed_out": False, "wall_seconds": 5.0, "tail": "", "data": {}}
+            return _run_result(2.0, failed=f"{unit}::test_x")
+        return _run_result(5.0)
 
     monkeypatch.setattr(killrun, "run_pytest", fake)
     monkeypatch.setattr(runner, "_BASELINE", {})
@@ -154,8 +161,7 @@ def test_a_baseline_verdict_is_saved_for_the_next_process(monkeypatch, tmp_path)
 
     def fake(args, **kw):  # noqa: ANN001, ANN003
         calls.append(args[0])
-        slow = args[0] == "t.py::test_slow"
-        return {"returncode": -1 if slow else 0, "timed_out": slow, "wall_seconds": 7.0, "tail": "", "data": {}}
+        return _run_result(7.0, timed_out=args[0] == "t.py::test_slow")
 
     monkeypatch.setattr(killrun, "run_pytest", fake)
     monkeypatch.setattr(runner, "BASELINE_FILE", runner.baselines_file(tmp_path / "store.json"))
@@ -186,10 +192,8 @@ def test_a_first_test_from_another_store_runs_alone_and_decides_only_a_kill(monk
     def fake(args, **kw):  # noqa: ANN001, ANN003
         calls.append(args[0])
         if args[0] == "t.py::test_k" and caught and len(calls) == 1:
-            failed = [{"nodeid": "t.py::test_k", "summary": "AssertionError"}]
-            return {"returncode": 1, "timed_out": False, "wall_seconds": 3.0, "tail": "",
-                    "data": {"tests_failed": failed, "first": {"message": "AssertionError"}}}
-        return {"returncode": 0, "timed_out": False, "wall_seconds": 3.0, "tail": "", "data": {}}
+            return _run_result(3.0, failed="t.py::test_k")
+        return _run_result(3.0)
 
     monkeypatch.setattr(killrun, "run_pytest", fake)
     monkeypatch.setattr(runner, "_BASELINE", {})
@@ -217,9 +221,8 @@ def test_a_timeout_counts_as_caught_only_far_past_the_unmutated_time(monkeypatch
 
     def fake(args, **kw):  # noqa: ANN001, ANN003
         if args[0] == "t.py::test_slow":  # the baseline: that one test, unmutated
-            return {"returncode": 0, "timed_out": False, "wall_seconds": unmutated_wall, "tail": "", "data": {}}
-        return {"returncode": -1, "timed_out": True, "wall_seconds": 60.0, "tail": "timed out",
-                "data": {"hung_test": {"nodeid": "t.py::test_slow", "seconds": 50.0}}}
+            return _run_result(unmutated_wall)
+        return _run_result(60.0, timed_out=True, tail="timed out", hung_test={"nodeid": "t.py::test_slow", "seconds": 50.0})
 
     monkeypatch.setattr(killrun, "run_pytest", fake)
     monkeypatch.setattr(runner, "_BASELINE", {})

@@ -139,35 +139,36 @@ def _flag_body(node: ast.AST, field: str) -> bool:
             and node.test.id in INTERPRETER_FLAGS)
 
 
-def interpreter_only_nodes(source: str) -> set[int]:
-    """ids of the AST nodes (of `jit_functions(source)`, parsed once here) that only the interpreter
-    runs: inside the body of an `if FLAG:` (INTERPRETER_FLAGS), or in a jit function whose every
-    call is such a node. Keyed by (lineno, col, end_lineno, end_col, type) so a fresh parse matches."""
+def node_key(n: ast.AST) -> tuple:
+    """Where a node stands in its source (a fresh parse of the same source gives the same key)."""
+    return (n.lineno, n.col_offset, n.end_lineno, n.end_col_offset, type(n).__name__)
+
+
+def interpreter_only_nodes(source: str) -> set[tuple]:
+    """`node_key`s of the nodes of `jit_functions(source)` that only the interpreter runs: inside the
+    body of an `if FLAG:` (INTERPRETER_FLAGS), or anywhere in a jit function whose every call is
+    such a node."""
     fns = jit_functions(source)
-    inside: dict[str, set[tuple]] = {}
+    inside: set[tuple] = set()
     calls: dict[str, list[bool]] = {name: [] for name in fns}
 
-    def where(n: ast.AST) -> tuple:
-        return (n.lineno, n.col_offset, n.end_lineno, n.end_col_offset, type(n).__name__)
-
-    def rec(node: ast.AST, on: bool, acc: set[tuple]) -> None:
+    def rec(node: ast.AST, on: bool) -> None:
         if on and hasattr(node, "end_lineno"):
-            acc.add(where(node))
+            inside.add(node_key(node))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in calls:
             calls[node.func.id].append(on)
         for field, value in ast.iter_fields(node):
             for child in value if isinstance(value, list) else [value]:
                 if isinstance(child, ast.AST):
-                    rec(child, on or _flag_body(node, field), acc)
+                    rec(child, on or _flag_body(node, field))
 
-    for name, fn in fns.items():
-        inside[name] = set()
+    for fn in fns.values():
         for stmt in fn.body:
-            rec(stmt, False, inside[name])
-    dead = {name for name, cs in calls.items() if cs and all(cs)}
-    for name in dead:
-        inside[name] = {where(n) for n in ast.walk(fns[name]) if hasattr(n, "end_lineno")}
-    return set().union(*inside.values()) if inside else set()
+            rec(stmt, False)
+    for name, on in calls.items():
+        if on and all(on):
+            inside |= {node_key(n) for n in ast.walk(fns[name]) if hasattr(n, "end_lineno")}
+    return inside
 
 
 def _rescale_names(fn: ast.FunctionDef) -> set[str]:
@@ -264,8 +265,7 @@ def generate(target: Target, *, operators: list[str] | None = None, functions: l
                         id=f"{target.module}:{name}:{op_name}:{node.lineno}:{k}", module=target.module,
                         family=target.family, function=name, operator=op_name, line=node.lineno,
                         description=desc, specs=fn_specs[name], source=new_source,
-                        interpreter_only=(node.lineno, node.col_offset, node.end_lineno, node.end_col_offset,
-                                          type(node).__name__) in interp_only))
+                        interpreter_only=node_key(node) in interp_only))
     return out
 
 

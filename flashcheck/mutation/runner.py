@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from flashcheck import HOME, atomic
-from flashcheck.mutation.generate import ALL_TARGETS, Mutant
+from flashcheck.mutation.generate import ALL_TARGETS, Mutant, Target
 from flashcheck.mutation.probe import MUTANT_ENV, NO_PROBE_ENV
 
 # ---- running ---------------------------------------------------------------------------------------------
@@ -46,11 +46,14 @@ def _specs_run(m: Mutant) -> tuple[str, ...]:
     return m.specs[:1] if FIRST_SPEC_ONLY else m.specs
 
 
+def _target(m: Mutant) -> Target:
+    return next(t for t in ALL_TARGETS if t.module == m.module and t.family == m.family)
+
+
 def unit_tests(m: Mutant) -> tuple[str, ...]:
     """The self-test files of the mutated helpers (`Target.unit_tests`) present here (self-tests
     do not ship in the wheel)."""
-    target = next(t for t in ALL_TARGETS if t.module == m.module and t.family == m.family)
-    return tuple(u for u in target.unit_tests if (HOME / u).is_file())
+    return tuple(u for u in _target(m).unit_tests if (HOME / u).is_file())
 
 
 def _is_unit_test(nodeid: str) -> bool:
@@ -65,11 +68,10 @@ def unit_args(m: Mutant) -> list[str]:
 
 def suite_args(m: Mutant, nodeid: str | None = None) -> list[str]:
     """The pytest arguments of a mutant's run: its family's suite, or the one test `nodeid`."""
-    tests = next(t.tests for t in ALL_TARGETS if t.module == m.module and t.family == m.family)
     select = " or ".join(_specs_run(m))
     if ONLY_TESTS:
         select = f"({select}) and ({ONLY_TESTS})"
-    where = [nodeid] if nodeid else [*tests, "-k", select]
+    where = [nodeid] if nodeid else [*_target(m).tests, "-k", select]
     return [*where, f"--family={m.family}", "-x", "--no-save-fixtures", "-p", "flashcheck.mutation.probe"]
 
 
@@ -240,24 +242,22 @@ def run_mutant(m: Mutant, *, timeout: float, probe_first: bool = False) -> dict[
     else:
         if probe_out.exists():
             probe_out.unlink()
-        r, spent = None, 0.0
+
+        def run_once(args: list[str], spent: float = 0.0, **env: str) -> dict[str, Any]:
+            """One pytest run against the mutant; its wall time includes the runs before it (`spent`)."""
+            out = run_pytest(args, env_extra={MUTANT_ENV: str(spec_file), **env}, shrink=False, timeout=timeout)
+            out["wall_seconds"] = round(out["wall_seconds"] + spent, 1)
+            return out
+
         first_test = FIRST_TESTS.get(m.key)
-        if first_test:
-            r = run_pytest(suite_args(m, first_test), env_extra={MUTANT_ENV: str(spec_file)}, shrink=False,
-                           timeout=timeout)
-            caught = bool(r["data"].get("tests_failed")) and r["returncode"] != 0
-            if not caught and not FIRST_TEST_ONLY:  # not caught there (or not collected here)
-                r, spent = None, r["wall_seconds"]
-        if r is None:
+        r = run_once(suite_args(m, first_test)) if first_test else None
+        caught = r is not None and bool(r["data"].get("tests_failed")) and r["returncode"] != 0
+        if r is None or not (caught or FIRST_TEST_ONLY):  # no first test, or it missed (or is not collected here)
             first_test = None
-            r = run_pytest(suite_args(m), env_extra={MUTANT_ENV: str(spec_file)}, shrink=False, timeout=timeout)
-            r["wall_seconds"] = round(r["wall_seconds"] + spent, 1)
+            r = run_once(suite_args(m), r["wall_seconds"] if r else 0.0)
             # not caught by the suite (5: --only-tests selected none of it): the helpers' self-tests
             if r["returncode"] in (0, 5) and not r["timed_out"] and unit_tests(m):
-                spent = r["wall_seconds"]
-                r = run_pytest(unit_args(m), env_extra={MUTANT_ENV: str(spec_file), NO_PROBE_ENV: "1"}, shrink=False,
-                               timeout=timeout)
-                r["wall_seconds"] = round(r["wall_seconds"] + spent, 1)
+                r = run_once(unit_args(m), r["wall_seconds"], **{NO_PROBE_ENV: "1"})
     data, rc = r["data"], r["returncode"]
     first = data.get("first") or {}
     failed = data.get("tests_failed") or []
