@@ -176,6 +176,21 @@ def test_a_baseline_verdict_is_saved_for_the_next_process(monkeypatch, tmp_path)
     assert calls[-1] == "t.py::test_ok"
 
 
+def test_a_first_test_recorded_in_a_checkout_is_found_in_an_installed_package(monkeypatch, tmp_path) -> None:
+    """The interpreter's store names suite tests from a checkout (`flashcheck/suite/...`); an
+    installed package's suite is `suite/...` under its own folder: --first-test-from finds them there."""
+    from flashcheck.mutation import runner
+
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / "test_softmax.py").write_text("")
+    monkeypatch.setattr(runner, "HOME", tmp_path)
+    monkeypatch.setattr(runner, "SUITE", tmp_path / "suite")
+    store = {"k": {"status": "killed", "caught_by_test": "flashcheck/suite/test_softmax.py::test_x[a-b]"},
+             "u": {"status": "killed", "caught_by_test": "tests/test_bf16_bits.py::test_y"}}
+    assert runner.first_tests_from(store) == {"k": "suite/test_softmax.py::test_x[a-b]",
+                                              "u": "tests/test_bf16_bits.py::test_y"}
+
+
 @pytest.mark.parametrize("caught,only,expect", [(True, False, "killed"), (False, False, "survived"),
                                                  (False, True, "error")])
 def test_a_first_test_from_another_store_runs_alone_and_decides_only_a_kill(monkeypatch, caught, only, expect) -> None:

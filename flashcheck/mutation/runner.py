@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
-from flashcheck import HOME, atomic
+from flashcheck import HOME, SUITE, atomic
 from flashcheck.mutation.generate import ALL_TARGETS, Mutant, Target
 from flashcheck.mutation.probe import MUTANT_ENV, NO_PROBE_ENV
 
@@ -36,8 +36,20 @@ FIRST_TEST_ONLY = False
 
 
 def first_tests_from(store: dict[str, dict[str, Any]]) -> dict[str, str]:
-    """key -> killing test node id, for every mutant `store` records as killed."""
-    return {k: r["caught_by_test"] for k, r in store.items() if r.get("status") == "killed" and r.get("caught_by_test")}
+    """key -> killing test node id (as this installation names it), for every mutant `store`
+    records as killed."""
+    return {k: _local_nodeid(r["caught_by_test"]) for k, r in store.items()
+            if r.get("status") == "killed" and r.get("caught_by_test")}
+
+
+def _local_nodeid(nodeid: str) -> str:
+    """A suite test's node id recorded in another layout (a checkout's `flashcheck/suite/...`,
+    an installed package's `suite/...`) rebased onto this one's suite folder."""
+    file, sep, rest = nodeid.partition("::")
+    if (HOME / file).is_file() or "suite/" not in file:
+        return nodeid
+    local = SUITE / file.split("suite/", 1)[1]
+    return f"{local.relative_to(HOME).as_posix()}{sep}{rest}" if local.is_file() else nodeid
 
 
 def _specs_run(m: Mutant) -> tuple[str, ...]:
