@@ -310,3 +310,61 @@ def test_interpreter_only_flags_are_set_only_by_bf16_as_bits() -> None:
                         f"{path.name}:{n.lineno}: {n.arg}= is not set from bf16_as_bits(...): {ast.unparse(n.value)}")
     assert seen >= 6
     assert interpreter_only_nodes(module_file("_common").read_text())  # the flags' bodies are found
+
+
+@pytest.mark.parametrize("mutated,unmutated,expect", [
+    ("========= Invalid __global__ read of size 4 bytes\n=========     at _attn_merge_kernel+0x90\n", "", "killed"),
+    ("========= Invalid __global__ read of size 4 bytes\n", "========= Invalid __global__ write of size 4\n", "error"),
+    ("", "", "error")])
+def test_a_sanitizer_kill_counts_only_where_the_unmutated_sweep_is_clean(monkeypatch, tmp_path, mutated, unmutated,
+                                                                          expect) -> None:
+    """--sanitizer: a memcheck error under the mutant kills it only where the same cases are clean
+    unmutated; a clean run decides nothing (only memory safety was looked at)."""
+    import subprocess
+
+    from flashcheck.mutation import runner, sanitizer
+    from flashcheck.mutation.generate import all_mutants
+    from flashcheck.mutation.probe import MUTANT_ENV
+
+    m = next(x for x in all_mutants(modules=["attention_merge"]) if x.operator == "drop_mask")
+    seen = []
+
+    def fake(cmd, env, **kw):  # noqa: ANN001, ANN003
+        seen.append(env)
+        err = mutated if MUTANT_ENV in env else unmutated
+        text = "CASE 3 attention splits=3 lse float16 B2\n" + err + ("" if err else "OK 3\nDONE 9 cases, 0 failed\n")
+        text += f"========= ERROR SUMMARY: {int(bool(err))} errors\n"
+        return subprocess.CompletedProcess(cmd, sanitizer.ERROR_EXIT if err else 0, text, "")
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # one GPU: no driver asked
+    monkeypatch.setattr(subprocess, "run", fake)
+    monkeypatch.setattr(sanitizer, "CASES", "splits=3 lse float16")
+    monkeypatch.setattr(runner, "BASELINE_FILE", runner.baselines_file(tmp_path / "store.json"))
+    r = runner.run_mutant(m, timeout=60)
+    assert r["status"] == expect, r
+    assert all(e["PYTORCH_NO_CUDA_MEMORY_CACHING"] == "1" for e in seen)  # every tensor its own allocation
+    if expect == "killed":
+        assert r["caught_by_test"].endswith("::attention splits=3 lse float16 B2")
+        assert "_attn_merge_kernel" in r["message"] and r["caught_by_property"].startswith("memory safety")
+    else:
+        assert r["only_tests"] == "sanitizer:splits=3 lse float16"  # narrowed: listed as undecided
+
+
+def test_job_slots_spread_over_the_gpus(monkeypatch) -> None:
+    """With G GPUs each job slot (a pool thread) runs its mutants on GPU slot mod G, put first."""
+    import threading
+
+    from flashcheck.mutation import runner
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
+    monkeypatch.setattr(runner, "_SLOTS", iter(range(100)))
+    got = []
+    threads = [threading.Thread(target=lambda: got.append((runner.gpu_env(), runner.gpu_env()))) for _ in range(4)]
+    for t in threads:
+        t.start()
+        t.join()
+    firsts = [a["CUDA_VISIBLE_DEVICES"] for a, b in got]
+    assert all(a == b for a, b in got)  # one slot keeps its GPU
+    assert firsts == ["0,1,2", "1,2,0", "2,0,1", "0,1,2"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert runner.gpu_env() == {}

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from flashcheck import HOME, mutation
-from flashcheck.mutation import runner
+from flashcheck.mutation import runner, sanitizer
 from flashcheck.mutation.generate import ALL_TARGETS, all_mutants, select
 from flashcheck.mutation.operators import GPU_ONLY_OPERATORS, OPERATORS
 from flashcheck.mutation.report import TRIAGE_FILE, to_markdown
@@ -55,6 +55,11 @@ def main(argv: list[str] | None = None) -> int:
                         "undecided instead of running the whole suite")
     p.add_argument("--first-spec-only", action="store_true",
                    help="a shared helper's mutant runs only its first kernel's tests (faster; says so in the report)")
+    p.add_argument("--sanitizer", metavar="CASES", default="",
+                   help="instead of the suite, run the memcheck sweep's cases whose names contain CASES "
+                        "(reports/memcheck_sweep.py --only) against each mutant under compute-sanitizer, every "
+                        "tensor its own allocation: kills out-of-bounds accesses no value shows (GPU only; a "
+                        "clean run leaves the mutant undecided)")
     p.add_argument("--list", action="store_true", help="list the selected mutants and exit")
     p.add_argument("--diff", metavar="ID", help="print one mutant's diff and exit")
     p.add_argument("--report", type=Path, nargs="?", const=DEFAULT_REPORT, default=None,
@@ -79,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, AttributeError, TypeError) as exc:
             p.error(f"--first-test-from: {args.first_test_from} is not a mutation store ({exc})")
         runner.FIRST_TEST_ONLY = args.first_test_only
+    if args.sanitizer:
+        if _interpreter() or not sanitizer.available():
+            p.error("--sanitizer needs a GPU, compute-sanitizer on PATH and reports/memcheck_sweep.py (a checkout)")
+        sanitizer.CASES = args.sanitizer
     compiled = args.compiled or not _interpreter()
     every = all_mutants(modules=args.module)
     if args.id:

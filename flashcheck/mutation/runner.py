@@ -5,7 +5,9 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import hashlib
+import itertools
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from flashcheck import HOME, SUITE, atomic
+from flashcheck.mutation import sanitizer
 from flashcheck.mutation.generate import ALL_TARGETS, Mutant, Target
 from flashcheck.mutation.probe import MUTANT_ENV, NO_PROBE_ENV
 
@@ -107,7 +110,7 @@ def _probe_first(spec_file: Path, probe_out: Path, timeout: float) -> dict[str, 
     from flashcheck.killrun import clean_env
 
     env = clean_env()
-    env[MUTANT_ENV] = str(spec_file)
+    env.update({MUTANT_ENV: str(spec_file), **gpu_env()})
     try:
         subprocess.run([sys.executable, "-c", "import flashcheck.mutation.probe as P; P.probe_main()"], cwd=HOME, env=env,
                        capture_output=True, text=True, timeout=timeout)
@@ -200,7 +203,7 @@ def baseline_run(module: str, family: str, nodeid: str, *, timeout: float) -> tu
     try:
         spec_file, _ = _install_spec(tmp, module, family, module_file(module).read_text(), ())
         family_arg = [] if _is_unit_test(nodeid) else [f"--family={family}"]
-        r = run_pytest([nodeid, *family_arg, "--no-save-fixtures"], env_extra={MUTANT_ENV: str(spec_file)},
+        r = run_pytest([nodeid, *family_arg, "--no-save-fixtures"], env_extra={MUTANT_ENV: str(spec_file), **gpu_env()},
                        shrink=False, timeout=timeout)
         wall = r["wall_seconds"]
         failed = r["data"].get("tests_failed") or []
@@ -246,6 +249,14 @@ def run_mutant(m: Mutant, *, timeout: float, probe_first: bool = False) -> dict[
 
     tmp = Path(tempfile.mkdtemp(prefix="mutant-"))
     spec_file, probe_out = _install_spec(tmp, m.module, m.family, m.source, m.specs)
+    if sanitizer.CASES:
+        try:
+            s = sanitizer.verdict(m.module, {MUTANT_ENV: str(spec_file), **gpu_env()}, timeout=timeout)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return _record(m, s["status"], rc=s["returncode"], wall=s["wall_seconds"], only_tests=s["only_tests"],
+                       caught_by_test=s["caught_by_test"], caught_by_property=s["caught_by_property"],
+                       exception=s["exception"], message=s["message"], tail=s["tail"])
     early = _probe_first(spec_file, probe_out, timeout) if probe_first else None
     first_test: str | None = None
     if early and early.get("identical"):
@@ -257,7 +268,8 @@ def run_mutant(m: Mutant, *, timeout: float, probe_first: bool = False) -> dict[
 
         def run_once(args: list[str], spent: float = 0.0, **env: str) -> dict[str, Any]:
             """One pytest run against the mutant; its wall time includes the runs before it (`spent`)."""
-            out = run_pytest(args, env_extra={MUTANT_ENV: str(spec_file), **env}, shrink=False, timeout=timeout)
+            out = run_pytest(args, env_extra={MUTANT_ENV: str(spec_file), **gpu_env(), **env}, shrink=False,
+                             timeout=timeout)
             out["wall_seconds"] = round(out["wall_seconds"] + spent, 1)
             return out
 
@@ -288,19 +300,47 @@ def run_mutant(m: Mutant, *, timeout: float, probe_first: bool = False) -> dict[
             status = "error"
             message = f"not a kill: {failed[0]['nodeid']} fails on the unmutated kernels too ({why[:300]})"
     shutil.rmtree(tmp, ignore_errors=True)
+    return _record(m, status, rc=rc, wall=r["wall_seconds"], only_tests=ONLY_TESTS or first_test or None,
+                   seconds_to_kill=first.get("seconds"),  # inside pytest, to the first failing check
+                   caught_by_test=failed[0]["nodeid"] if failed else (hung["nodeid"] if status == "hung" else None),
+                   caught_by_property=first.get("property"),
+                   exception="Timeout" if status == "hung" else first.get("exception"), message=message,
+                   tests_passed=data.get("tests_passed"), probe=pr,
+                   suite_skipped=bool(early and early.get("identical")), tail=r["tail"])
+
+
+def _record(m: Mutant, status: str, *, rc: int, wall: float, only_tests: str | None, tail: str,
+            seconds_to_kill: float | None = None, caught_by_test: str | None = None,
+            caught_by_property: str | None = None, exception: str | None = None, message: str = "",
+            tests_passed: Any = None, probe: dict[str, Any] | None = None, suite_skipped: bool = False) -> dict[str, Any]:
+    """One mutant's entry in the store."""
     return {
         "id": m.id, "key": m.key, "module": m.module, "family": m.family, "function": m.function,
         "operator": m.operator, "line": m.line, "description": m.description, "specs": list(m.specs),
-        "specs_run": list(_specs_run(m)), "only_tests": ONLY_TESTS or first_test or None,
-        "status": status, "returncode": rc, "wall_seconds": r["wall_seconds"],
-        "seconds_to_kill": first.get("seconds"),  # inside pytest, to the first failing check
-        "caught_by_test": failed[0]["nodeid"] if failed else (hung["nodeid"] if status == "hung" else None),
-        "caught_by_property": first.get("property"),
-        "exception": "Timeout" if status == "hung" else first.get("exception"),
-        "message": message,
-        "tests_passed": data.get("tests_passed"), "probe": pr, "suite_skipped": bool(early and early.get("identical")),
-        "output_tail": None if status == "killed" else r["tail"][-1500:],
+        "specs_run": list(_specs_run(m)), "only_tests": only_tests,
+        "status": status, "returncode": rc, "wall_seconds": wall, "seconds_to_kill": seconds_to_kill,
+        "caught_by_test": caught_by_test, "caught_by_property": caught_by_property, "exception": exception,
+        "message": message, "tests_passed": tests_passed, "probe": probe, "suite_skipped": suite_skipped,
+        "output_tail": None if status == "killed" else tail[-1500:],
     }
+
+
+_SLOT = threading.local()
+_SLOTS = itertools.count()
+
+
+def gpu_env() -> dict[str, str]:
+    """With several GPUs, each of the pool's threads (a job slot) runs its mutants on its own GPU
+    (slot mod G), put first in CUDA_VISIBLE_DEVICES as xdist workers are (flashcheck.devices):
+    compiled mutants spend their time compiling on the CPU, and G GPUs take G times the jobs."""
+    from flashcheck.devices import VISIBLE, gpu_count, rotated, visible_devices
+
+    devices = visible_devices(os.environ, gpu_count) or []
+    if len(devices) < 2:
+        return {}
+    if not hasattr(_SLOT, "index"):
+        _SLOT.index = next(_SLOTS)
+    return {VISIBLE: ",".join(rotated(devices, _SLOT.index))}
 
 
 def load_store(path: Path) -> dict[str, dict[str, Any]]:
