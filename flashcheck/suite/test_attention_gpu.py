@@ -9,8 +9,10 @@ wrong address shows as NaN or as an error past the bound. Every output is checke
 (`oracles.attention.attention_oracle`) with the kernel's bound (`compare_attention`). The storages
 take 4-6 GB each, out of reach of the Triton interpreter: the module skips there.
 
-Not covered: offsets past 2^31 in the kernel's own outputs (o, lse, split-KV partials), which need
-an output of more than 2^31 elements and an oracle over it, and varlen's sequence starts.
+`test_varlen_offsets_past_2_31` does the same for varlen's sequence starts (a packed tensor whose
+second sequence starts past 2^31). Not covered: offsets past 2^31 in the kernel's own outputs (o,
+lse, split-KV partials), which need an output of more than 2^31 elements (or splits x output past
+2^31: 8 GB of fp32 partial states) and an oracle over it.
 """
 from __future__ import annotations
 
@@ -104,7 +106,30 @@ def _mask_keys(dtype: torch.dtype):  # a mask's key block 64.. (boolean keep-mas
     return case
 
 
-CASES = {"key_rows": _rows_of_keys, "query_rows": _rows_of_queries, "batches": _batches,
+# In-tile offsets past 2^31 ((BLOCK - 1) * stride): the launcher then asks for 64-bit in-tile
+# offsets (WIDE); the strides are chosen so that any key block of 32 or more keys, any head-dim
+# block of 64, passes 2^31 inside one tile.
+ROW_WIDE = 2**26 + 2**22  # key 31 at 2.2e9
+DIM_WIDE = 2**25 + 2**21  # element 63 of a head at 2.2e9
+
+
+def _wide_key_rows():  # key rows 0..47 of one block, 71M elements apart
+    return _contiguous((1, 1, 16, D), 21), _view((1, 1, 48, D), (0, 0, ROW_WIDE, 1), 22), \
+        _view((1, 1, 48, D), (0, 0, ROW_WIDE, 1), 23), {}, None
+
+
+def _wide_head_dims():  # k's and v's head dims 35M elements apart
+    return _contiguous((1, 1, 16, D), 24), _view((1, 1, 16, D), (0, 0, 1, DIM_WIDE), 25), \
+        _view((1, 1, 16, D), (0, 0, 1, DIM_WIDE), 26), {}, None
+
+
+def _batches_packed():  # batch 2 with packed GQA rows (one program per (batch, kv head))
+    q = _view((3, 6, 16, D), (BIG, 16 * D, D, 1), 27)
+    return q, _view((3, 3, 16, D), (BIG, 16 * D, D, 1), 28), _view((3, 3, 16, D), (BIG, 16 * D, D, 1), 29), {}, "gqa"
+
+
+CASES = {"key_rows": _rows_of_keys, "key_rows_wide": _wide_key_rows, "head_dims_wide": _wide_head_dims,
+         "batches_packed": _batches_packed, "query_rows": _rows_of_queries, "batches": _batches,
          "heads_packed": _heads(16), "heads": _heads(48),
          "mask_rows": _mask_rows, "mask_keys": _mask_keys(torch.bool), "bias_keys": _mask_keys(torch.float16)}
 
@@ -124,6 +149,10 @@ def test_offsets_past_2_31(spec: KernelSpec, which: str, big_memory: None) -> No
     out = spec.fn(q, k, v, **kw)
     out = out[0] if isinstance(out, tuple) else out
     torch.cuda.synchronize()
+    _assert_within(spec, out, q, k, v, kw, which, f"test_offsets_past_2_31' -k '{which}")
+
+
+def _assert_within(spec: KernelSpec, out: torch.Tensor, q, k, v, kw: dict, what: str, replay: str) -> None:
     oracle = attention_oracle(q, k, v, **kw)
     bn, nb = blocking(spec, D, k.shape[2], q.dtype, kw)
     c = compare_attention(out, oracle, block_n=bn, n_blocks=nb, fp32_dot=fp32_dot(spec))
@@ -131,8 +160,31 @@ def test_offsets_past_2_31(spec: KernelSpec, which: str, big_memory: None) -> No
     if bad.any():
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
         raise AssertionError(
-            f"{spec.name} [{which}]: {int(bad.sum())} of {bad.size} outputs exceed the bound; worst first at "
+            f"{spec.name} [{what}]: {int(bad.sum())} of {bad.size} outputs exceed the bound; worst first at "
             f"{list(idx)}: kernel={c.actual[idx]!r} expected={c.oracle[idx]!r} bound={c.bound[idx]:.3g}\n"
             f"  q {tuple(q.shape)} stride={q.stride()}; k {tuple(k.shape)} stride={k.stride()}; "
             f"v {tuple(v.shape)} stride={v.stride()}; {sorted(kw)}\n"
-            f"  replay: pytest '{__name__.replace('.', '/')}.py::test_offsets_past_2_31' -k {which}")
+            f"  replay: pytest '{__name__.replace('.', '/')}.py::{replay}'")
+
+
+def test_varlen_offsets_past_2_31(spec: KernelSpec, big_memory: None) -> None:
+    """Packed varlen tensors whose second sequence starts past 2^31 elements (token strides under
+    2^31 times the sequence's first token): each sequence within the bound of its own dense oracle."""
+    if not spec.has("varlen"):
+        pytest.skip(f"{spec.name} declares no varlen entry point")
+    if spec.contiguous_only:
+        pytest.skip(f"{spec.name} declares contiguous_only: these are strided views")
+    if not spec.supports(torch.float16) or not spec.supports_head_dim(D):
+        pytest.skip(f"{spec.name} does not take fp16 with head dim {D}")
+    lens = [2, 1]  # sequence 1 starts at token 2: element 2 * BIG > 2^31 in q, k and v
+    q, k, v = (_view((3, 1, D), (BIG, D, 1), s) for s in (30, 31, 32))
+    if not within_declared_numel(spec, {"q": q, "k": k, "v": v}):
+        pytest.skip(f"{spec.name} declares {declared_as(spec, 'max_numel')}")
+    cu = torch.tensor([0, 2, 3], dtype=torch.int32, device="cuda")
+    out = spec.varlen_fn(q, k, v, cu, cu, max_seqlen_q=max(lens), max_seqlen_k=max(lens))
+    out = out[0] if isinstance(out, tuple) else out
+    torch.cuda.synchronize()
+    for i, (a, b) in enumerate(zip(cu.tolist()[:-1], cu.tolist()[1:])):
+        dense = [t[a:b].permute(1, 0, 2).unsqueeze(0) for t in (q, k, v)]  # (1, H, len, D) views
+        _assert_within(spec, out[a:b].permute(1, 0, 2).unsqueeze(0), *dense, {}, f"varlen sequence {i}",
+                       "test_varlen_offsets_past_2_31")
