@@ -368,3 +368,23 @@ def test_job_slots_spread_over_the_gpus(monkeypatch) -> None:
     assert firsts == ["0,1,2", "1,2,0", "2,0,1", "0,1,2"]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     assert runner.gpu_env() == {}
+
+
+def test_a_narrowed_pass_counts_only_through_its_written_argument() -> None:
+    """A mutant that passed only a narrowed run (the tests aimed at it) is undecided, unless the
+    triage argues it: then it is equivalent ("equivalent: ...") or a survivor ("not equivalent: ...")
+    and the report shows the argument beside the run that passed."""
+    from flashcheck.mutation.generate import all_mutants
+    from flashcheck.mutation.report import to_markdown
+
+    ms = [m for m in all_mutants(modules=["attention_merge"]) if m.operator == "narrow_int64"][:2]
+    results = {m.key: {"id": m.id, "status": "error", "only_tests": "past_2_31", "returncode": 0, "wall_seconds": 5.0,
+                       "caught_by_test": None, "probe": None, "specs_run": list(m.specs), "tests_passed": 3}
+               for m in ms}
+    bare = to_markdown(ms, results, {}, [], compiled=True)
+    assert "Undecided, not counted (2)" in bare and "| all | 0 |" in bare
+    argued = to_markdown(ms, results, {ms[0].id: "equivalent: promoted by an int64 operand.",
+                                       ms[1].id: "not equivalent, cannot matter: needs 128 GiB."}, [], compiled=True)
+    assert "Undecided" not in argued
+    assert "| all | 2 | 0 | 0 | 0 | 0 | 1 | 1 | 0.0% (0/1) |" in argued, argued
+    assert argued.count("passed the narrowed run `past_2_31`") == 2

@@ -35,8 +35,13 @@ def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triag
         return r["status"] if r["status"] in CONFIRMED else classify(r["returncode"], r["status"] == "timed_out",
                                                                bool(r["caught_by_test"]), r["probe"])
 
+    def argued(m: Mutant, r: dict[str, Any]) -> bool:  # passed a narrowed run; the triage decides it
+        return r["status"] == "error" and bool(r.get("only_tests")) and triage.get(m.id, "").startswith(
+            ("equivalent", "not equivalent"))
+
     rows = [(m, dict(results[m.key], status=status(results[m.key]))) for m in mutants
             if m.key in results and not (compiled and m.interpreter_only)]
+    rows = [(m, dict(r, status="survived", argued=True) if argued(m, r) else r) for m, r in rows]
     narrowed = [m.id for m, r in rows if r["status"] == "error" and r.get("only_tests")]
     errors = [m.id for m, r in rows if r["status"] == "error" and not r.get("only_tests")]
     rows = [(m, r) for m, r in rows if r["status"] != "error"]
@@ -138,6 +143,8 @@ def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triag
         probe_txt = ("bit-identical to the original on all {} probe calls".format(pr.get("probes"))
                      if pr.get("identical") else f"differs from the original: {pr.get('witness') or pr.get('error')}")
         ran = ("suite not run (bit-identical on the probes, `--probe-first`)" if r.get("suite_skipped") else
+               f"passed the narrowed run `{r['only_tests']}` in {r['wall_seconds']:.0f}s, the whole suite not run: "
+               "decided by the argument below" if r.get("argued") else
                f"specs run: {', '.join(r.get('specs_run') or m.specs)}; {r['tests_passed']} tests passed in "
                f"{r['wall_seconds']:.0f}s")
         out += [f"### `{m.id}` ({r['status']})", "", f"{m.description}. Changes {', '.join(m.specs)}; {ran}. "

@@ -11,8 +11,9 @@ take 4-6 GB each, out of reach of the Triton interpreter: the module skips there
 
 `test_varlen_offsets_past_2_31` does the same for varlen's sequence starts (a packed tensor whose
 second sequence starts past 2^31). Not covered: offsets past 2^31 in the kernel's own outputs (o,
-lse, split-KV partials), which need an output of more than 2^31 elements (or splits x output past
-2^31: 8 GB of fp32 partial states) and an oracle over it.
+lse, split-KV partials: a split's base split x o.numel(), an output of more than 2^31 elements),
+which need outputs or partial states past 2^31 elements and an oracle over sampled rows (branch
+`split-partials` has that test; it has not run on a GPU yet).
 """
 from __future__ import annotations
 
@@ -188,3 +189,4 @@ def test_varlen_offsets_past_2_31(spec: KernelSpec, big_memory: None) -> None:
         dense = [t[a:b].permute(1, 0, 2).unsqueeze(0) for t in (q, k, v)]  # (1, H, len, D) views
         _assert_within(spec, out[a:b].permute(1, 0, 2).unsqueeze(0), *dense, {}, f"varlen sequence {i}",
                        "test_varlen_offsets_past_2_31")
+
