@@ -388,3 +388,26 @@ def test_a_narrowed_pass_counts_only_through_its_written_argument() -> None:
     assert "Undecided" not in argued
     assert "| all | 2 | 0 | 0 | 0 | 0 | 1 | 1 | 0.0% (0/1) |" in argued, argued
     assert argued.count("passed the narrowed run `past_2_31`") == 2
+
+
+def test_merging_device_stores_keeps_each_groups_result(tmp_path) -> None:
+    """Groups run side by side from copies of one store: a copy's stale entries (as in the base)
+    never undo another group's result, and an undecided verdict never replaces a decided one."""
+    import json
+
+    from flashcheck.mutation.cli import main
+
+    base = {"a": {"status": "timed_out"}, "b": {"status": "error"}, "c": {"status": "killed"}}
+    g1 = dict(base, a={"status": "error", "wall_seconds": 9})  # a: narrowed pass
+    g2 = dict(base, b={"status": "killed"}, c={"status": "error"})  # b killed; c undecided again
+    paths = []
+    for name, data in (("base", base), ("g1", g1), ("g2", g2)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(data))
+    (tmp_path / "g2_runs.json").write_text(json.dumps([{"command": "x"}]))
+    store = tmp_path / "store.json"
+    store.write_text(json.dumps(base))
+    assert main(["--store", str(store), "--merge", *map(str, paths)]) == 0
+    got = json.loads(store.read_text())
+    assert got == {"a": {"status": "error", "wall_seconds": 9}, "b": {"status": "killed"}, "c": {"status": "killed"}}
+    assert json.loads((tmp_path / "store_runs.json").read_text()) == [{"command": "x"}]

@@ -60,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
                         "(reports/memcheck_sweep.py --only) against each mutant under compute-sanitizer, every "
                         "tensor its own allocation: kills out-of-bounds accesses no value shows (GPU only; a "
                         "clean run leaves the mutant undecided)")
+    p.add_argument("--merge", nargs="+", metavar="FILE",
+                   help="BASE COPY...: fold into --store the stores of runs made elsewhere from copies of BASE "
+                        "(a device call's parallel groups): only the entries a run changed, never a decided "
+                        "verdict replaced by an undecided one; their baselines and run logs too; then exit")
     p.add_argument("--list", action="store_true", help="list the selected mutants and exit")
     p.add_argument("--diff", metavar="ID", help="print one mutant's diff and exit")
     p.add_argument("--report", type=Path, nargs="?", const=DEFAULT_REPORT, default=None,
@@ -71,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--on", default="Triton interpreter (CPU)",
                    help="where the store's mutants ran, for the report's heading (e.g. \"NVIDIA H200, compiled\")")
     args = p.parse_args(argv)
+    if args.merge:
+        return _merge(p, args.store, [Path(f) for f in args.merge])
     runner.FIRST_SPEC_ONLY = args.first_spec_only
     runner.ONLY_SPECS = tuple(args.spec or ())
     runner.ONLY_TESTS = args.only_tests
@@ -128,6 +134,32 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.report}")
     rs = [results[m.key] for m in chosen if m.key in results]
     return 1 if any(r["status"] == "survived" for r in rs) else 0
+
+
+def _merge(p: argparse.ArgumentParser, store_path: Path, files: list[Path]) -> int:
+    from flashcheck import atomic
+
+    if len(files) < 2:
+        p.error("--merge needs BASE and at least one COPY")
+    try:
+        base, *copies = (load_store(f) if f.is_file() else p.error(f"--merge: no such store {f}") for f in files)
+        store = load_store(store_path)
+    except ValueError as exc:
+        p.error(f"--merge: not a mutation store ({exc})")
+    n = runner.merge_stores(store, base, copies)
+    baselines = runner.baselines_file(store_path)
+    saved = load_store(baselines)
+    runs = json.loads(runs_file(store_path).read_text()) if runs_file(store_path).exists() else []
+    for f in files[1:]:
+        saved.update(load_store(runner.baselines_file(f)))
+        extra = runs_file(f)
+        if extra.exists():
+            runs += [r for r in json.loads(extra.read_text()) if r not in runs]
+    atomic.write_text(store_path, json.dumps(store, indent=1))
+    atomic.write_text(baselines, json.dumps(saved, indent=1))
+    atomic.write_text(runs_file(store_path), json.dumps(runs, indent=1))
+    print(f"merged {n} entries from {len(copies)} stores into {store_path}")
+    return 0
 
 
 if __name__ == "__main__":

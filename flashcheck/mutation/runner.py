@@ -366,6 +366,24 @@ _STORE_LOCK = threading.Lock()
 UNDECIDED = ("error", "timed_out")
 
 
+def merge_stores(store: dict[str, dict[str, Any]], base: dict[str, dict[str, Any]],
+                 copies: list[dict[str, dict[str, Any]]]) -> int:
+    """Fold stores that runs elsewhere (a device call's parallel groups) grew from copies of `base`
+    into `store`, in place; returns how many entries changed. Only what a run changed counts (an
+    entry equal to base's is the copy's stale past, which must not undo another group's result),
+    and an undecided verdict never replaces a decided one."""
+    n = 0
+    for copy in copies:
+        for key, rec in copy.items():
+            if base.get(key) == rec or store.get(key) == rec:
+                continue
+            if decided(store, key) and rec.get("status") in UNDECIDED:
+                continue
+            store[key] = rec
+            n += 1
+    return n
+
+
 def decided(results: dict[str, dict[str, Any]], key: str) -> bool:
     return key in results and results[key].get("status") not in UNDECIDED
 
