@@ -1,14 +1,18 @@
-"""Where a test's time goes: Triton compilation, kernel launches, oracles, the rest (`-p
-flashcheck.phases`).
+"""Where a test's time goes (`-p flashcheck.phases`).
 
-Each test's call phase is split into
+Each test's call phase is split, every second counted once (a timed function called inside
+another counts for its own phase, not the caller's):
 - `compile`: Triton building a binary (`JITFunction._do_compile`: a real compilation, or a load
   from the on-disk cache, which takes milliseconds), with the count of binaries;
-- `kernel`: launching kernels, less their compilation (on a GPU launches are asynchronous: the
-  GPU-fault guard's synchronisation after each call lands in `rest`; under the interpreter this is the
-  interpreted run itself);
+- `kernel`: launching kernels, less their compilation (under the interpreter, the interpreted run
+  itself; on a GPU launches are asynchronous and the GPU's work lands in `sync`);
+- `sync`: `torch.cuda.synchronize` (the GPU-fault guard waits after each call: the kernels' GPU time);
 - `oracle`: the softmax, log-sum-exp and attention oracles (fast path and mpmath fallback);
-- `rest`: Hypothesis's drawing and shrinking, comparisons, fixture I/O, synchronisation.
+- `compare`: the comparisons against the oracle (`compare_softmax`, `compare_attention`, `compare_lse`),
+  less the oracle calls inside them;
+- `fixtures`: fixture I/O and the input snapshots that check inputs are left untouched;
+- `draw`: Hypothesis outside the example bodies (drawing the inputs, shrinking, its database);
+- `rest`: the remainder of the example bodies (and of tests that do not use Hypothesis).
 
 The numbers ride on the test report (`user_properties`, so they cross from xdist workers), and
 `flashcheck.results_log` writes them into each test's line; `summarize` adds them up per file.
@@ -22,10 +26,28 @@ from typing import Any, Callable, Iterable
 
 import pytest
 
-PHASES = ("compile", "kernel", "oracle", "rest")
-_ORACLES = ("softmax_oracle", "logsumexp_oracle", "attention_oracle")
+PHASES = ("compile", "kernel", "sync", "oracle", "compare", "fixtures", "draw", "rest")
+#: (module, function names) whose module-level bindings are timed, per phase; test modules import
+#: them by name, so every binding in a flashcheck or test module is rebound (`_patch_names`).
+_NAMED = {"oracle": [("flashcheck.oracles.softmax", ("softmax_oracle", "logsumexp_oracle")),
+                     ("flashcheck.oracles.attention", ("attention_oracle",))],
+          "compare": [("flashcheck.oracles.compare", ("compare_softmax",)),
+                      ("flashcheck.oracles.attention", ("compare_attention", "compare_lse"))],
+          "fixtures": [("flashcheck.fixtures", ("save_fixture", "load_fixture", "storage_snapshot"))]}
 _clock: dict[str, float] = defaultdict(float)
-_depth = {"kernel": 0, "oracle": 0}
+_stack: list[list[float]] = []  # per open timed call: [start, seconds of timed calls inside it]
+
+
+def _enter() -> None:
+    _stack.append([time.perf_counter(), 0.0])
+
+
+def _leave(phase: str) -> None:
+    t0, inner = _stack.pop()
+    elapsed = time.perf_counter() - t0
+    _clock[phase] += elapsed - inner
+    if _stack:
+        _stack[-1][1] += elapsed
 
 
 def _timed(fn: Callable, phase: str) -> Callable:
@@ -33,15 +55,11 @@ def _timed(fn: Callable, phase: str) -> Callable:
         return fn
 
     def wrapper(*args, **kwargs):
-        if _depth[phase]:  # nested (a launcher calling a launcher): the outer call counts
-            return fn(*args, **kwargs)
-        _depth[phase] += 1
-        t0 = time.perf_counter()
+        _enter()
         try:
             return fn(*args, **kwargs)
         finally:
-            _clock[phase] += time.perf_counter() - t0
-            _depth[phase] -= 1
+            _leave(phase)
 
     wrapper._flashcheck_phase = phase  # type: ignore[attr-defined]
     wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
@@ -56,18 +74,18 @@ def _patch_triton() -> None:
 
     if not getattr(jit.JITFunction.run, "_flashcheck_phase", None):
         jit.JITFunction.run = _timed(jit.JITFunction.run, "kernel")
-        original = jit.JITFunction._do_compile
+        compile_ = _timed(jit.JITFunction._do_compile, "compile")
 
         def do_compile(self, *args, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return original(self, *args, **kwargs)
-            finally:
-                _clock["compile"] += time.perf_counter() - t0
-                _clock["compiled"] += 1
+            _clock["compiled"] += 1
+            return compile_(self, *args, **kwargs)
 
         do_compile._flashcheck_phase = "compile"  # type: ignore[attr-defined]
         jit.JITFunction._do_compile = do_compile
+    import torch
+
+    if not getattr(torch.cuda.synchronize, "_flashcheck_phase", None):
+        torch.cuda.synchronize = _timed(torch.cuda.synchronize, "sync")
     try:
         from triton.runtime.interpreter import InterpretedFunction
     except ImportError:  # pragma: no cover
@@ -76,15 +94,25 @@ def _patch_triton() -> None:
         InterpretedFunction.run = _timed(InterpretedFunction.run, "kernel")
 
 
-def _patch_oracles(modules: Iterable[Any]) -> None:
-    """Every module-level name bound to an oracle function now points at its timed wrapper
-    (test modules import them by name)."""
-    from flashcheck.oracles import attention, softmax
+def _patch_names(modules: Iterable[Any]) -> None:
+    """Every module-level name bound to one of the `_NAMED` functions now points at its timed
+    wrapper."""
+    import importlib
 
-    originals = {id(getattr(m, n)): (n, getattr(m, n)) for m in (softmax, attention) for n in _ORACLES if hasattr(m, n)}
+    originals = {}
+    for phase, where in _NAMED.items():
+        for mod_name, names in where:
+            mod = importlib.import_module(mod_name)
+            for n in names:
+                fn = getattr(mod, n, None)
+                if fn is not None:
+                    fn = getattr(fn, "__wrapped__", fn) if getattr(fn, "_flashcheck_phase", None) else fn
+                    originals[id(fn)] = (fn, phase)
     for mod in list(modules):
-        for name, (oname, fn) in ((n, originals[id(v)]) for n, v in list(vars(mod).items()) if id(v) in originals):
-            setattr(mod, name, _timed(fn, "oracle"))
+        for name, value in list(vars(mod).items()):
+            if id(value) in originals:
+                fn, phase = originals[id(value)]
+                setattr(mod, name, _timed(fn, phase))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -92,21 +120,34 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    _patch_oracles(m for n, m in list(sys.modules.items()) if m is not None and n.startswith(("flashcheck", "test")))
+    _patch_names(m for n, m in list(sys.modules.items()) if m is not None and n.startswith(("flashcheck", "test")))
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
     _clock.clear()
+    _stack.clear()
+    # Hypothesis calls `hypothesis.inner_test` once per example (the hook its docs give plugins):
+    # time outside it is Hypothesis's own (drawing, shrinking).
+    hyp = getattr(getattr(item, "obj", None), "hypothesis", None)
+    inner = getattr(hyp, "inner_test", None)
+    if inner is not None:
+        hyp.inner_test = _timed(inner, "body")
     t0 = time.perf_counter()
     try:
         return (yield)
     finally:
         total = time.perf_counter() - t0
-        spent = {p: _clock.get(p, 0.0) for p in PHASES[:3]}
-        spent["kernel"] = max(0.0, spent["kernel"] - spent["compile"])
-        spent["rest"] = max(0.0, total - sum(spent.values()))
-        item.user_properties.append(("phases", {**{p: round(v, 3) for p, v in spent.items()},
+        if inner is not None:
+            hyp.inner_test = inner
+        spent = {p: _clock.get(p, 0.0) for p in PHASES[:6]}
+        if inner is not None:
+            spent["rest"] = _clock.get("body", 0.0)
+            spent["draw"] = max(0.0, total - sum(spent.values()))
+        else:
+            spent["draw"] = 0.0
+            spent["rest"] = max(0.0, total - sum(spent.values()))
+        item.user_properties.append(("phases", {**{p: round(spent[p], 3) for p in PHASES},
                                                 "compiled": int(_clock.get("compiled", 0))}))
 
 

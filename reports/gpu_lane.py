@@ -306,8 +306,10 @@ def phase_table(per_file: dict[str, dict[str, float]]) -> list[str]:
     rows = sorted(per_file.items(), key=lambda kv: -sum(kv[1].get(p, 0.0) for p in PHASES))
     total = {k: sum(r.get(k, 0.0) for _, r in rows) for k in (*PHASES, "compiled", "tests")}
     fmt = lambda r: " | ".join(f"{r.get(p, 0.0):.0f}" for p in PHASES)  # noqa: E731
-    return (["Where the time went (worker-seconds of the tests' call phase; `compile` is Triton building "
-             "binaries, `rest` is drawing, shrinking, comparing and synchronising):", "",
+    return (["Where the time went (worker-seconds of the tests' call phase, each second counted once: `compile` "
+             "Triton building binaries, `kernel` launching them, `sync` waiting for the GPU, `oracle`, `compare` "
+             "against it, `fixtures` (fixture I/O, input snapshots), `draw` Hypothesis outside the examples "
+             "(drawing, shrinking), `rest` the remainder; `flashcheck/phases.py`):", "",
              "| file | tests | " + " | ".join(PHASES) + " | binaries |", "|---|---|" + "---|" * (len(PHASES) + 1)]
             + [f"| `{f}` | {r.get('tests', 0):.0f} | {fmt(r)} | {r.get('compiled', 0):.0f} |" for f, r in rows]
             + [f"| all | {total['tests']:.0f} | {fmt(total)} | {total['compiled']:.0f} |", ""])

@@ -339,3 +339,36 @@ def test_lane_soak_is_recorded_with_its_seed(tmp_path: Path) -> None:
     ran = rec["passed"] + rec["failed"] + rec["error"] + rec["skipped"]
     assert ran + rec["not_run"] == rec["collected"] and f"{rec['not_run']} not reached" in text, rec
     assert rc == (1 if rec["failed"] or rec["error"] else 0)
+
+
+def test_phases_count_every_second_once(tmp_path: Path) -> None:
+    """-p flashcheck.phases: the oracle called inside a comparison counts as oracle, not twice;
+    Hypothesis's own time (drawing) is apart from the example bodies'; the phases add up to the
+    test's call time."""
+    (tmp_path / "test_p.py").write_text(
+        "import time\nimport numpy as np\nfrom hypothesis import given, settings, strategies as st\n"
+        "from flashcheck.oracles.compare import compare_softmax\nfrom flashcheck.oracles.formats import FP32\n"
+        "from flashcheck.oracles.softmax import softmax_oracle\n"
+        "@settings(max_examples=3, database=None, deadline=None)\n"
+        "@given(st.lists(st.floats(-5, 5), min_size=3, max_size=3))\n"
+        "def test_h(xs):\n"
+        "    x = np.array([xs])\n"
+        "    softmax_oracle(x, FP32)\n"
+        "    compare_softmax(x, softmax_oracle(x, FP32).astype(np.float32).astype(np.float64), FP32, depth=2)\n"
+        "    time.sleep(0.2)\n"
+        "def test_plain():\n    time.sleep(0.3)\n")
+    log = tmp_path / "r.jsonl"
+    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "flashcheck.results_log", "-p", "flashcheck.phases",
+                        "-p", "no:cacheprovider", "--results-log", str(log), "-q", "test_p.py"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    recs = {r["nodeid"]: r for r in map(json.loads, log.read_text().splitlines()) if r.get("event") == "test"}
+    h, plain = recs["test_p.py::test_h"], recs["test_p.py::test_plain"]
+    from flashcheck.phases import PHASES
+
+    for r in (h, plain):
+        assert set(PHASES) <= set(r["phases"]), r
+        assert abs(sum(r["phases"][k] for k in PHASES) - r["duration"]) < 0.1, r
+    ph = h["phases"]
+    assert ph["oracle"] > 0 and ph["compare"] > 0 and ph["rest"] >= 0.6 and ph["draw"] < ph["rest"], ph
+    assert plain["phases"]["rest"] >= 0.3 and plain["phases"]["draw"] == 0, plain
