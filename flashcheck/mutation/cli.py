@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         runner.FIRST_TEST_ONLY = args.first_test_only
     if args.sanitizer:
         if _interpreter() or not sanitizer.available():
-            p.error("--sanitizer needs a GPU, compute-sanitizer on PATH and reports/memcheck_sweep.py (a checkout)")
+            p.error("--sanitizer needs a GPU and compute-sanitizer on PATH")
         sanitizer.CASES = args.sanitizer
     compiled = args.compiled or not _interpreter()
     every = all_mutants(modules=args.module)
