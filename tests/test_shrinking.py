@@ -388,6 +388,8 @@ def test_a_narrowed_pass_counts_only_through_its_written_argument() -> None:
     assert "Undecided" not in argued
     assert "| all | 2 | 0 | 0 | 0 | 0 | 1 | 1 | 0.0% (0/1) |" in argued, argued
     assert argued.count("passed the narrowed run `past_2_31`") == 2
+    extra = next(m for m in all_mutants(modules=["attention_merge"]) if m.operator == "drop_mask")
+    assert f"not run yet (1): {extra.id}." in to_markdown([*ms, extra], results, {}, [], compiled=True)
 
 
 def test_merging_device_stores_keeps_each_groups_result(tmp_path) -> None:

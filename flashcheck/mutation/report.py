@@ -82,7 +82,10 @@ def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triag
         c = per_mod.setdefault(f"{m.module}.{m.function}", [0, 0])
         c[0] += 1
         c[1] += m.key in results and not (compiled and m.interpreter_only)
-    out += [f"Mutants generated: {gen_total}; run: {len(rows)}; {left_out_txt}.", "",
+    left_ids = {m.id for m in left_out}
+    never = [m.id for m in mutants if m.key not in results and m.id not in left_ids]
+    out += [f"Mutants generated: {gen_total}; run: {len(rows)}; {left_out_txt}"
+            + (f"; not run yet ({len(never)}): {', '.join(never)}" if never else "") + ".", "",
             "Generated / run per function: " + "; ".join(f"{k} {v[1]}/{v[0]}" for k, v in sorted(per_mod.items())) + ".",
             ""]
     out += ["## Score per kernel", "",
