@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from flashcheck import kernels  # noqa: F401  (runtime switch first)
+from flashcheck import atomic, kernels  # noqa: F401  (kernels: runtime switch first)
 from flashcheck.kernels._runtime import INTERPRET
 
 OUT = Path(__file__).resolve().parent / "attention_bench.md"
@@ -149,7 +149,7 @@ def write_sections(path: Path, sections: dict[str, str]) -> None:
             text = text[:found[0].start()] + block + text[found[0].end():]
         else:
             text = (text.rstrip() + "\n\n" if text.strip() else "") + block
-    path.write_text(text)
+    atomic.write_text(path, text)  # the other sections' tables are in this file too: never half-written
 
 
 def no_gpu(prog: str) -> bool:

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from flashcheck import HOME, SUITE, atomic
+from flashcheck.mutation.sanitizer import ERROR_LINE, KERNEL_LINE, SUMMARY_LINE
 from flashcheck.phases import PHASES, summarize
 
 
@@ -208,9 +209,9 @@ def run_sweep(out: Path, budget: float, shards: int) -> dict:
         p.unlink()
     ok = len(set(re.findall(r"^OK (\d+)$", text, re.M)))
     fails = sorted(set(re.findall(r"^FAIL (\d+ .*)$", text, re.M)))
-    errors = re.findall(r"^========= (Invalid .*|Out of bounds.*|Address .*|.*access.*)$", text, re.M)
-    kernels = sorted(set(re.findall(r"^=========\s+in (\S+)", text, re.M)))
-    summaries = re.findall(r"^========= ERROR SUMMARY: (\d+) error", text, re.M)
+    errors = ERROR_LINE.findall(text)
+    kernels = sorted(set(KERNEL_LINE.findall(text)))
+    summaries = SUMMARY_LINE.findall(text)
     return {"cases": total, "ok": ok, "failed_cases": fails, "sanitizer_errors": sum(int(s) for s in summaries),
             "error_lines": errors[:20], "kernels": kernels[:20], "runs": len(summaries)}
 

@@ -12,7 +12,7 @@ from flashcheck.mutation import runner, sanitizer
 from flashcheck.mutation.generate import ALL_TARGETS, all_mutants, select
 from flashcheck.mutation.operators import GPU_ONLY_OPERATORS, OPERATORS
 from flashcheck.mutation.report import TRIAGE_FILE, to_markdown
-from flashcheck.mutation.runner import decided, load_store, log_run, run, runs_file
+from flashcheck.mutation.runner import decided, load_runs, load_store, log_run, run, runs_file
 
 DEFAULT_STORE = HOME / "reports" / "mutants_store.json"  # tracked: runs on any machine and session add up
 DEFAULT_REPORT = HOME / "reports" / "mutants.md"
@@ -128,8 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ran in {wall:.0f}s wall")
     if args.report:
         triage = json.loads(TRIAGE_FILE.read_text()) if TRIAGE_FILE.exists() else {}
-        runs_path = runs_file(args.store)
-        runs = json.loads(runs_path.read_text()) if runs_path.exists() else []
+        runs = load_runs(args.store)
         args.report.write_text(to_markdown(every, results, triage, runs, args.on, compiled=compiled))
         print(f"wrote {args.report}")
     rs = [results[m.key] for m in chosen if m.key in results]
@@ -149,12 +148,10 @@ def _merge(p: argparse.ArgumentParser, store_path: Path, files: list[Path]) -> i
     n = runner.merge_stores(store, base, copies)
     baselines = runner.baselines_file(store_path)
     saved = load_store(baselines)
-    runs = json.loads(runs_file(store_path).read_text()) if runs_file(store_path).exists() else []
+    runs = load_runs(store_path)
     for f in files[1:]:
         saved.update(load_store(runner.baselines_file(f)))
-        extra = runs_file(f)
-        if extra.exists():
-            runs += [r for r in json.loads(extra.read_text()) if r not in runs]
+        runs += [r for r in load_runs(f) if r not in runs]
     atomic.write_text(store_path, json.dumps(store, indent=1))
     atomic.write_text(baselines, json.dumps(saved, indent=1))
     atomic.write_text(runs_file(store_path), json.dumps(runs, indent=1))

@@ -351,13 +351,18 @@ def runs_file(store: Path) -> Path:
     return store.with_name(store.stem + "_runs.json")
 
 
+def load_runs(store: Path) -> list[dict[str, Any]]:
+    """The run log kept beside `store` (`log_run`); empty when there is none."""
+    path = runs_file(store)
+    return json.loads(path.read_text()) if path.exists() else []
+
+
 def log_run(store: Path, command: str, selected: int, ran: int, wall: float) -> None:
     """What ran, for the report: every invocation's command line, counts and wall time."""
-    path = runs_file(store)
-    runs = json.loads(path.read_text()) if path.exists() else []
+    runs = load_runs(store)
     runs.append({"command": command, "selected": selected, "ran": ran, "wall_seconds": round(wall),
                  "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="minutes")})
-    path.write_text(json.dumps(runs, indent=1))
+    atomic.write_text(runs_file(store), json.dumps(runs, indent=1))
 
 
 _STORE_LOCK = threading.Lock()

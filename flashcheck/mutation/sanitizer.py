@@ -38,18 +38,23 @@ def command(cases: str) -> list[str]:
             sys.executable, "-c", code]
 
 
+# compute-sanitizer's report lines, for this verdict and the lane's sweep (reports/gpu_lane.py).
+ERROR_LINE = re.compile(r"^========= (Invalid .*|.*[Oo]ut of bounds.*|Address .*|.*[Mm]isaligned.*|.*access.*)$", re.M)
+KERNEL_LINE = re.compile(r"^=========\s+(?:in|at) (\S+)", re.M)
+SUMMARY_LINE = re.compile(r"^========= ERROR SUMMARY: (\d+) error", re.M)
+
+
 def parse(text: str) -> dict[str, Any]:
     """The sweep's output under memcheck: errors found, the case running at the first, the first
     error line and the kernel it names."""
-    first_err = re.search(r"^========= (Invalid .*|.*[Oo]ut of bounds.*|.*[Mm]isaligned.*)$", text, re.M)
-    summary = re.findall(r"^========= ERROR SUMMARY: (\d+) error", text, re.M)
+    first_err = ERROR_LINE.search(text)
+    summary = SUMMARY_LINE.findall(text)
     errors = sum(int(s) for s in summary) if summary else (1 if first_err else 0)
     case = kernel = None
     if first_err:
-        before = text[:first_err.start()]
-        cases = re.findall(r"^CASE \d+ (.*)$", before, re.M)
+        cases = re.findall(r"^CASE \d+ (.*)$", text[:first_err.start()], re.M)
         case = cases[-1] if cases else None
-        k = re.search(r"^=========\s+(?:in|at) (\S+)", text[first_err.end():], re.M)
+        k = KERNEL_LINE.search(text, first_err.end())
         kernel = k.group(1) if k else None
     return {"errors": errors, "case": case, "kernel": kernel,
             "line": first_err.group(1).strip() if first_err else None,
@@ -99,7 +104,7 @@ def verdict(module: str, env_extra: dict[str, str], *, timeout: float) -> dict[s
     reports an error the unmutated kernels do not make; otherwise undecided ("error"), since only
     some cases ran and memory safety is not the whole contract."""
     r = run(env_extra, timeout=timeout)
-    why = baseline(module, timeout=timeout)
+    why = baseline(module, timeout=timeout) if r["errors"] and not r["timed_out"] else None
     if r["timed_out"]:
         status, message = "timed_out", f"the sanitizer sweep ran past {timeout:.0f}s"
     elif r["errors"] and why is None:
