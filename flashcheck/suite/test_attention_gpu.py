@@ -114,6 +114,11 @@ ROW_WIDE = 2**26 + 2**22  # key 31 at 2.2e9
 DIM_WIDE = 2**25 + 2**21  # element 63 of a head at 2.2e9
 
 
+def _query_tile_rows():  # query rows 128..143: a later query tile (BLOCK_M up to 128) starts past 2^31
+    return _view((1, 1, 144, D), (0, 0, 2**24, 1), 34), _contiguous((1, 1, 16, D), 35), \
+        _contiguous((1, 1, 16, D), 36), {}, None
+
+
 def _wide_key_rows():  # key rows 0..47 of one block, 71M elements apart
     return _contiguous((1, 1, 16, D), 21), _view((1, 1, 48, D), (0, 0, ROW_WIDE, 1), 22), \
         _view((1, 1, 48, D), (0, 0, ROW_WIDE, 1), 23), {}, None
@@ -129,7 +134,7 @@ def _batches_packed():  # batch 2 with packed GQA rows (one program per (batch, 
     return q, _view((3, 3, 16, D), (BIG, 16 * D, D, 1), 28), _view((3, 3, 16, D), (BIG, 16 * D, D, 1), 29), {}, "gqa"
 
 
-CASES = {"key_rows": _rows_of_keys, "key_rows_wide": _wide_key_rows, "head_dims_wide": _wide_head_dims,
+CASES = {"key_rows": _rows_of_keys, "query_tile_rows": _query_tile_rows, "key_rows_wide": _wide_key_rows, "head_dims_wide": _wide_head_dims,
          "batches_packed": _batches_packed, "query_rows": _rows_of_queries, "batches": _batches,
          "heads_packed": _heads(16), "heads": _heads(48),
          "mask_rows": _mask_rows, "mask_keys": _mask_keys(torch.bool), "bias_keys": _mask_keys(torch.float16)}
