@@ -10,10 +10,10 @@ wrong address shows as NaN or as an error past the bound. Every output is checke
 take 4-6 GB each, out of reach of the Triton interpreter: the module skips there.
 
 `test_varlen_offsets_past_2_31` does the same for varlen's sequence starts (a packed tensor whose
-second sequence starts past 2^31). Not covered: offsets past 2^31 in the kernel's own outputs (o,
-lse, split-KV partials: a split's base split x o.numel(), an output of more than 2^31 elements),
-which need outputs or partial states past 2^31 elements and an oracle over sampled rows (branch
-`split-partials` has that test; it has not run on a GPU yet).
+second sequence starts past 2^31), and `test_split_partials_past_2_31` for split-KV's partial
+states (a split's base past 2^31; an output of more than 2^31 elements), checked on sampled rows.
+Not covered: a partial-state row index (split x rows) past 2^31, which needs 2^31 rows of fp32
+states (128 GiB at head dim 16), more than one GPU holds.
 """
 from __future__ import annotations
 
@@ -114,6 +114,11 @@ ROW_WIDE = 2**26 + 2**22  # key 31 at 2.2e9
 DIM_WIDE = 2**25 + 2**21  # element 63 of a head at 2.2e9
 
 
+def _query_tile_rows():  # query rows 128..143: a later query tile (BLOCK_M up to 128) starts past 2^31
+    return _view((1, 1, 144, D), (0, 0, 2**24, 1), 34), _contiguous((1, 1, 16, D), 35), \
+        _contiguous((1, 1, 16, D), 36), {}, None
+
+
 def _wide_key_rows():  # key rows 0..47 of one block, 71M elements apart
     return _contiguous((1, 1, 16, D), 21), _view((1, 1, 48, D), (0, 0, ROW_WIDE, 1), 22), \
         _view((1, 1, 48, D), (0, 0, ROW_WIDE, 1), 23), {}, None
@@ -129,7 +134,7 @@ def _batches_packed():  # batch 2 with packed GQA rows (one program per (batch, 
     return q, _view((3, 3, 16, D), (BIG, 16 * D, D, 1), 28), _view((3, 3, 16, D), (BIG, 16 * D, D, 1), 29), {}, "gqa"
 
 
-CASES = {"key_rows": _rows_of_keys, "key_rows_wide": _wide_key_rows, "head_dims_wide": _wide_head_dims,
+CASES = {"key_rows": _rows_of_keys, "query_tile_rows": _query_tile_rows, "key_rows_wide": _wide_key_rows, "head_dims_wide": _wide_head_dims,
          "batches_packed": _batches_packed, "query_rows": _rows_of_queries, "batches": _batches,
          "heads_packed": _heads(16), "heads": _heads(48),
          "mask_rows": _mask_rows, "mask_keys": _mask_keys(torch.bool), "bias_keys": _mask_keys(torch.float16)}
@@ -190,3 +195,34 @@ def test_varlen_offsets_past_2_31(spec: KernelSpec, big_memory: None) -> None:
         _assert_within(spec, out[a:b].permute(1, 0, 2).unsqueeze(0), *dense, {}, f"varlen sequence {i}",
                        "test_varlen_offsets_past_2_31")
 
+
+# Split-KV's partial states (splits x o's elements, fp32) indexed past 2^31: a split's base
+# offset split * o.numel() (case "split_base": o of 2^26 elements, 48 splits; the empty splits
+# store their -inf states too) and a row offset row * Dv inside o (case "output_rows": o of more
+# than 2^31 elements). Head dim 16 and one key block keep them cheap; 64 rows are checked.
+SPLIT_CASES = {"split_base": (2**22, 48), "output_rows": (2**27 + 2**20, 2)}
+
+
+@pytest.mark.parametrize("which", sorted(SPLIT_CASES))
+def test_split_partials_past_2_31(spec: KernelSpec, which: str, big_memory: None) -> None:
+    """Split-KV whose partial states pass 2^31 elements: sampled rows within the bound."""
+    m, splits = SPLIT_CASES[which]
+    d = 16
+    if not spec.has("splits"):
+        pytest.skip(f"{spec.name} does not declare num_splits")
+    if not spec.supports(torch.float16) or not spec.supports_head_dim(d):
+        pytest.skip(f"{spec.name} does not take fp16 with head dim {d}")
+    g = torch.Generator("cuda").manual_seed(33)
+    q = torch.randn((1, 1, m, d), device="cuda", generator=g, dtype=torch.float32).to(torch.float16)
+    k, v = (torch.randn((1, 1, 64, d), device="cuda", generator=g, dtype=torch.float32).to(torch.float16)
+            for _ in range(2))
+    if not within_declared_numel(spec, {"q": q, "k": k, "v": v}):
+        pytest.skip(f"{spec.name} declares {declared_as(spec, 'max_numel')}")
+    kw = {"num_splits": splits}
+    out = spec.fn(q, k, v, **kw)
+    out = out[0] if isinstance(out, tuple) else out
+    torch.cuda.synchronize()
+    rows = torch.cat([torch.linspace(0, m - 17, 48, device="cuda").long(), torch.arange(m - 16, m, device="cuda")])
+    _assert_within(spec, out[:, :, rows], q[:, :, rows], k, v, kw, f"{which}: rows {rows[:3].tolist()}...",
+                   f"test_split_partials_past_2_31' -k '{which}")
+    del out, q
