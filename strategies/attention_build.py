@@ -54,7 +54,9 @@ class Shapes:
 def default_limits() -> Limits:
     if INTERPRET:
         return Limits(max_bh=2, max_m=64, max_n=64, max_head_dim=64)
-    return Limits(max_bh=2, max_m=64, max_n=512, max_head_dim=256)  # the CPU oracle bounds the size
+    # The CPU oracle bounds the size; M past 128 (the widest GPU query tile) puts several tiles in a
+    # launch, and causal ones in reverse order (REVERSE_M), as on the CPU with its 32-row tiles.
+    return Limits(max_bh=2, max_m=192, max_n=512, max_head_dim=256)
 
 
 def _lim(max_m, max_n, max_head_dim, max_bh, shapes: Shapes | None = None) -> Limits:

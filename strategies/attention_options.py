@@ -16,7 +16,7 @@ from flashcheck.kernels._runtime import DEVICE
 from flashcheck.oracles.formats import FP16
 
 from .attention_build import (
-    Caps, _align, _bh, _causal, _caps, _declared_dims, _finish, _fmt, _head_dim, _key_len, _lengths, _lim,
+    BLOCKS, Caps, _align, _bh, _causal, _caps, _declared_dims, _finish, _fmt, _head_dim, _key_len, _lengths, _lim,
     _maybe_kv_lens, _normal, _Parts, _seed, _value_dim, place,
 )
 from .case import Case
@@ -101,6 +101,8 @@ def window_edges(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_
     aim = draw(st.sampled_from(WINDOW_AIMS))
     if aim == "block_edge":  # the last row's diagonal past key 17: a block edge to stand one key past
         m, n = (max(x, min(cap, 18 + draw(st.integers(0, 14)))) for x, cap in ((m, lim.max_m), (n, lim.max_n)))
+        # keys a whole block past edge 0 at every width (BLOCKS): that block is then a full one
+        n = max(n, min(lim.max_n, max(BLOCKS) + 1 + draw(st.integers(0, 14))))
     bottom_right = "bottom_right" in caps.aligns and not square
     if bottom_right and (aim == "empties_rows" or (len(caps.aligns) > 1 and draw(st.booleans()))):
         m, n = max(m, n), min(m, n)  # M > N: bottom-right alignment empties the first rows
@@ -130,17 +132,22 @@ def window_edges(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_
     if aim == "wider_than_n":
         wide = wider()
         left, right = (wide, right) if draw(st.booleans()) else (left, wide)
+    elif aim == "block_edge":  # the tile's first row sees the block past the edge whole
+        right = -1 if draw(st.booleans()) else wider()
     elif aim == "empties_rows" and right < 0:
         right = draw(st.sampled_from([0, 1]))
     # The last query row's left edge one key past a 16-key block edge (rows before it see the
     # block whole): a tile that rounds that edge to blocks one key short shows the key to it.
+    # Edge 0 is a block edge at every width (the GPU's 64 and 128 too, which a short M never
+    # reaches otherwise): the last row then misses key 0 alone.
     last = m - 1 + (n - m if align == "bottom_right" else 0)  # the last row's diagonal key
-    edges = [e for e in range(16, n, 16) if e + 1 <= last]
+    edges = [e for e in range(0, n, 16) if e + 1 <= last]
     if aim == "block_edge" and edges:
         left = last - (draw(st.sampled_from(edges)) + 1)
     rng = np.random.default_rng(draw(_seed()))
     parts = _Parts(_normal(rng, (b, h, m, d)), _normal(rng, (b, h, n, d)), _normal(rng, (b, h, n, d)),
-                   causal=_causal(draw, caps), kv_lens=_maybe_kv_lens(draw, b, n) if "kv_lens" in caps else None)
+                   causal=aim != "block_edge" and _causal(draw, caps),
+                   kv_lens=_maybe_kv_lens(draw, b, n) if "kv_lens" in caps and aim != "block_edge" else None)
     parts.options = {"window": [left, right], "causal_align": align}
     return _finish(draw, parts, fmt, f"window_edges/{align}", strided=strided)
 
