@@ -265,11 +265,23 @@ def test_every_triage_argument_names_a_mutant_generated_today() -> None:
 
     from flashcheck import HOME
     from flashcheck.mutation.generate import all_mutants
-    from flashcheck.mutation.report import TRIAGE_FILE
+    from flashcheck.mutation.report import GPU_TRIAGE, TRIAGE_FILE
 
     ids = {m.id for m in all_mutants()}
-    stale = sorted(set(json.loads(TRIAGE_FILE.read_text())) - ids)
+    stale = sorted({k.removeprefix(GPU_TRIAGE) for k in json.loads(TRIAGE_FILE.read_text())} - ids)
     assert not stale, f"{TRIAGE_FILE.relative_to(HOME)} argues for mutants no longer generated: {stale}"
+
+
+def test_a_gpu_triage_argument_replaces_the_plain_one_in_the_compiled_report_only() -> None:
+    """A mutant bit-identical under the interpreter may differ in its last bits compiled (the GPU
+    schedules each loop on its own): its GPU argument stands in the GPU report, the plain one in
+    the interpreter's."""
+    from flashcheck.mutation.report import GPU_TRIAGE, for_device
+
+    triage = {"a:f:op:1:1": "equivalent: same bits", GPU_TRIAGE + "a:f:op:1:1": "not equivalent, cannot matter",
+              "b:f:op:2:1": "equivalent: b"}
+    assert for_device(triage, compiled=False) == {"a:f:op:1:1": "equivalent: same bits", "b:f:op:2:1": "equivalent: b"}
+    assert for_device(triage, compiled=True) == {"a:f:op:1:1": "not equivalent, cannot matter", "b:f:op:2:1": "equivalent: b"}
 
 
 def test_interpreter_only_flags_are_set_only_by_bf16_as_bits() -> None:

@@ -29,8 +29,24 @@ def _git(*args: str) -> str:
         return "unknown"
 
 
+#: A triage key with this prefix argues a mutant for compiled (GPU) runs only, where its bits may
+#: differ from the interpreter's (another schedule, another rounding): it replaces the plain key's
+#: argument in the GPU report and is ignored in the interpreter's.
+GPU_TRIAGE = "gpu:"
+
+
+def for_device(triage: dict[str, str], *, compiled: bool) -> dict[str, str]:
+    """The triage arguments that hold for this kind of run (see GPU_TRIAGE)."""
+    plain = {k: v for k, v in triage.items() if not k.startswith(GPU_TRIAGE)}
+    if compiled:
+        plain.update({k[len(GPU_TRIAGE):]: v for k, v in triage.items() if k.startswith(GPU_TRIAGE)})
+    return plain
+
+
 def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triage: dict[str, str],
                 runs: list[dict[str, Any]], where: str = "Triton interpreter (CPU)", *, compiled: bool = False) -> str:
+    triage = for_device(triage, compiled=compiled)
+
     def status(r: dict[str, Any]) -> str:  # verdicts of the confirmation runs stand as stored
         return r["status"] if r["status"] in CONFIRMED else classify(r["returncode"], r["status"] == "timed_out",
                                                                bool(r["caught_by_test"]), r["probe"])

@@ -1,0 +1,95 @@
+"""Which side is closer to the truth where flashcheck's softmax and torch.softmax disagree on long rows.
+
+The throughput bench (`bench_softmax.py`) saw its fp32 1 x 2^26 outputs differ from torch's by up to
+2.4e-6. This measures both against a float64 softmax of the same input (`torch.softmax` in double on
+the GPU: its relative error, at most about n 2^-53 = 7.5e-9 for n = 2^26, is 0.12 fp32 ULP, far below
+what it has to tell apart) and against flashcheck's own derived bound (`oracles.bounds`, the split
+kernel's summation depth), in ULPs of the output format at the float64 value.
+
+    python -m flashcheck.reports.softmax_accuracy [--out reports/softmax_bench.md]
+
+writes the `accuracy` section of the softmax bench report (the throughput table is another section).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from flashcheck import kernels  # noqa: F401  (first: the interpreter switch)
+from flashcheck.kernels._runtime import DEVICE
+from flashcheck.kernels.registry import get as get_spec
+from flashcheck.kernels.softmax import choose_variant, sm_count, softmax
+from flashcheck.oracles.bounds import softmax_ulp_bound
+from flashcheck.oracles.formats import format_of, ulp_of
+
+from .bench_attention import command_line, no_gpu, run_info, write_sections
+
+OUT = Path(__file__).with_name("softmax_bench.md")
+#: (dtype, M, N): the bench's long rows, the same input (seed 0, randn x 4)
+CASES = ((torch.float32, 1, 2**26), (torch.float32, 64, 2**20), (torch.float32, 1024, 2**16),
+         (torch.float16, 1, 2**26), (torch.bfloat16, 1, 2**26))
+
+
+def _errors(y: torch.Tensor, ref: np.ndarray, fmt) -> dict:
+    """Worst ULP distance to the float64 value (at that value's spacing), its index, and |sum - 1|."""
+    a = y.double().cpu().numpy()
+    ulps = np.abs(a - ref) / ulp_of(ref, fmt)
+    i = int(np.argmax(ulps))
+    return {"ulps": float(ulps.flat[i]), "at": np.unravel_index(i, ref.shape), "abs": float(np.abs(a - ref).max()),
+            "sum": float(np.abs(a.sum(axis=-1) - 1.0).max())}
+
+
+def measure(dtype: torch.dtype, m: int, n: int) -> dict:
+    torch.manual_seed(0)
+    x = torch.randn(m, n, device=DEVICE, dtype=dtype) * 4
+    ref = torch.softmax(x.double(), -1).cpu().numpy()
+    fmt = format_of(dtype)
+    ours, theirs = _errors(softmax(x), ref, fmt), _errors(torch.softmax(x, -1), ref, fmt)
+    variant = choose_variant(m, n, dtype, sm_count(x.device))
+    spec = get_spec(f"softmax_{variant}")
+    xs = x.double().cpu().numpy()
+    bound = softmax_ulp_bound(xs, ref, fmt, depth=spec.summation_depth(n))
+    return {"dtype": fmt.name, "M": m, "N": n, "variant": variant, "ours": ours, "torch": theirs,
+            "bound_at_worst": float(bound[ours["at"]]), "bound_max": float(bound.max()),
+            "torch_over_bound": int((np.abs(torch.softmax(x, -1).double().cpu().numpy() - ref)
+                                     / ulp_of(ref, fmt) > bound).sum())}
+
+
+def to_markdown(rows: list[dict], command: str) -> str:
+    lines = ["## Accuracy of the long rows: flashcheck against torch.softmax", "",
+             f"{run_info(command)}. Each output against a float64 softmax of the same input (seed 0, "
+             "randn x 4, as the throughput table): the worst distance in ULPs of the output format at "
+             "the float64 value, the largest |sum of the row - 1|, and flashcheck's derived bound "
+             "(`oracles/bounds.py`, the dispatched kernel's summation depth) at our worst element; "
+             "`torch > bound`: how many of torch's outputs lie outside the bound ours is held to.", "",
+             "| dtype | M x N | ours | ours: worst ULPs | bound there | ours: max abs | ours: sum-1 "
+             "| torch: worst ULPs | torch: max abs | torch: sum-1 | torch > bound |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        o, t = r["ours"], r["torch"]
+        lines.append(f"| {r['dtype']} | {r['M']}x{r['N']} | {r['variant']} | {o['ulps']:.2f} | {r['bound_at_worst']:.0f} "
+                     f"| {o['abs']:.3g} | {o['sum']:.3g} | {t['ulps']:.2f} | {t['abs']:.3g} | {t['sum']:.3g} "
+                     f"| {r['torch_over_bound']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=OUT, help="Markdown file; only its `accuracy` section is rewritten")
+    args = ap.parse_args(argv)
+    if no_gpu("softmax_accuracy"):
+        return 2
+    rows = []
+    for dtype, m, n in CASES:
+        rows.append(measure(dtype, m, n))
+        print(rows[-1], flush=True)
+    write_sections(args.out, {"accuracy": to_markdown(rows, command_line("python -m flashcheck.reports.softmax_accuracy", argv))})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
