@@ -26,7 +26,7 @@ from flashcheck.external import declared_as
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.limits import within_declared_numel
 from flashcheck.oracles.attention import attention_oracle, compare_attention
-from flashcheck.properties_attention_outcome import blocking, fp32_dot
+from flashcheck.properties_attention_outcome import _call, blocking, fp32_dot
 
 pytestmark = pytest.mark.skipif(kernels.INTERPRET, reason="GPU only: storages of more than 2^31 elements are "
                                 "out of reach of the Triton interpreter")
@@ -152,8 +152,7 @@ def test_offsets_past_2_31(spec: KernelSpec, which: str, big_memory: None) -> No
         pytest.skip(f"{spec.name} does not declare {needs}")
     if not within_declared_numel(spec, {"q": q, "k": k, "v": v}):
         pytest.skip(f"{spec.name} declares {declared_as(spec, 'max_numel')}")
-    out = spec.fn(q, k, v, **kw)
-    out = out[0] if isinstance(out, tuple) else out
+    out = _call(spec, q, k, v, kw)
     torch.cuda.synchronize()
     _assert_within(spec, out, q, k, v, kw, which, f"test_offsets_past_2_31' -k '{which}")
 
@@ -219,8 +218,7 @@ def test_split_partials_past_2_31(spec: KernelSpec, which: str, big_memory: None
     if not within_declared_numel(spec, {"q": q, "k": k, "v": v}):
         pytest.skip(f"{spec.name} declares {declared_as(spec, 'max_numel')}")
     kw = {"num_splits": splits}
-    out = spec.fn(q, k, v, **kw)
-    out = out[0] if isinstance(out, tuple) else out
+    out = _call(spec, q, k, v, kw)
     torch.cuda.synchronize()
     rows = torch.cat([torch.linspace(0, m - 17, 48, device="cuda").long(), torch.arange(m - 16, m, device="cuda")])
     _assert_within(spec, out[:, :, rows], q[:, :, rows], k, v, kw, f"{which}: rows {rows[:3].tolist()}...",
