@@ -3,7 +3,9 @@
 Each test's call phase is split, every second counted once (a timed function called inside
 another counts for its own phase, not the caller's):
 - `compile`: Triton building a binary (`JITFunction._do_compile`: a real compilation, or a load
-  from the on-disk cache, which takes milliseconds), with the count of binaries;
+  from the on-disk cache, which takes milliseconds), with the count of binaries and of those
+  built rather than loaded (Triton's compilation listener; workers building one binary each
+  show as more built than distinct);
 - `kernel`: launching kernels, less their compilation (under the interpreter, the interpreted run
   itself; on a GPU launches are asynchronous and the GPU's work lands in `sync`);
 - `sync`: `torch.cuda.synchronize` (the GPU-fault guard waits after each call: the kernels' GPU time);
@@ -82,6 +84,18 @@ def _patch_triton() -> None:
 
         do_compile._flashcheck_phase = "compile"  # type: ignore[attr-defined]
         jit.JITFunction._do_compile = do_compile
+        from triton import knobs
+
+        previous = knobs.compilation.listener
+        if not getattr(previous, "_flashcheck_phase", None):
+            def listener(*, cache_hit: bool, **kwargs):
+                if not cache_hit:  # built here, not loaded from the on-disk cache
+                    _clock["built"] += 1
+                if previous is not None:
+                    previous(cache_hit=cache_hit, **kwargs)
+
+            listener._flashcheck_phase = "compile"  # type: ignore[attr-defined]
+            knobs.compilation.listener = listener
     import torch
 
     if not getattr(torch.cuda.synchronize, "_flashcheck_phase", None):
@@ -148,7 +162,8 @@ def pytest_runtest_call(item: pytest.Item):
             spent["draw"] = 0.0
             spent["rest"] = max(0.0, total - sum(spent.values()))
         item.user_properties.append(("phases", {**{p: round(spent[p], 3) for p in PHASES},
-                                                "compiled": int(_clock.get("compiled", 0))}))
+                                                "compiled": int(_clock.get("compiled", 0)),
+                                                "built": int(_clock.get("built", 0))}))
 
 
 def phases_of(report: pytest.TestReport) -> dict[str, float] | None:

@@ -305,15 +305,16 @@ def write_record(out: Path, rec: dict) -> Path:
 def phase_table(per_file: dict[str, dict[str, float]]) -> list[str]:
     """Worker-seconds per test file and phase (`flashcheck.phases`), largest file first."""
     rows = sorted(per_file.items(), key=lambda kv: -sum(kv[1].get(p, 0.0) for p in PHASES))
-    total = {k: sum(r.get(k, 0.0) for _, r in rows) for k in (*PHASES, "compiled", "tests")}
+    total = {k: sum(r.get(k, 0.0) for _, r in rows) for k in (*PHASES, "compiled", "built", "tests")}
     fmt = lambda r: " | ".join(f"{r.get(p, 0.0):.0f}" for p in PHASES)  # noqa: E731
     return (["Where the time went (worker-seconds of the tests' call phase, each second counted once: `compile` "
              "Triton building binaries, `kernel` launching them, `sync` waiting for the GPU, `oracle`, `compare` "
              "against it, `fixtures` (fixture I/O, input snapshots), `draw` Hypothesis outside the examples "
              "(drawing, shrinking), `rest` the remainder; `flashcheck/phases.py`):", "",
-             "| file | tests | " + " | ".join(PHASES) + " | binaries |", "|---|---|" + "---|" * (len(PHASES) + 1)]
-            + [f"| `{f}` | {r.get('tests', 0):.0f} | {fmt(r)} | {r.get('compiled', 0):.0f} |" for f, r in rows]
-            + [f"| all | {total['tests']:.0f} | {fmt(total)} | {total['compiled']:.0f} |", ""])
+             "| file | tests | " + " | ".join(PHASES) + " | binaries | built |", "|---|---|" + "---|" * (len(PHASES) + 2)]
+            + [f"| `{f}` | {r.get('tests', 0):.0f} | {fmt(r)} | {r.get('compiled', 0):.0f} | {r.get('built', 0):.0f} |"
+               for f, r in rows]
+            + [f"| all | {total['tests']:.0f} | {fmt(total)} | {total['compiled']:.0f} | {total['built']:.0f} |", ""])
 
 
 def merge(dirs: list[Path]) -> dict:

@@ -372,3 +372,21 @@ def test_phases_count_every_second_once(tmp_path: Path) -> None:
     ph = h["phases"]
     assert ph["oracle"] > 0 and ph["compare"] > 0 and ph["rest"] >= 0.6 and ph["draw"] < ph["rest"], ph
     assert plain["phases"]["rest"] >= 0.3 and plain["phases"]["draw"] == 0, plain
+
+
+def test_phases_count_binaries_built_apart_from_cache_loads(tmp_path: Path) -> None:
+    """Triton's compilation listener tells a binary built from one loaded from the on-disk cache:
+    the phases record counts the built ones (xdist workers building one binary each show as more
+    built than distinct binaries; flashcheck.compile_lock is meant to make them equal)."""
+    (tmp_path / "test_b.py").write_text(
+        "from triton import knobs\n"
+        "def test_b():\n"
+        "    for hit in (False, True, False):\n"
+        "        knobs.compilation.listener(src=None, metadata={}, metadata_group={}, times=None, cache_hit=hit)\n")
+    log = tmp_path / "r.jsonl"
+    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "flashcheck.results_log", "-p", "flashcheck.phases",
+                        "-p", "no:cacheprovider", "--results-log", str(log), "-q", "test_b.py"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    rec = next(r for r in map(json.loads, log.read_text().splitlines()) if r.get("event") == "test")
+    assert rec["phases"]["built"] == 2, rec

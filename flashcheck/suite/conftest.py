@@ -17,6 +17,9 @@ devices.assign_worker_gpu()  # first: before anything asks torch for a GPU (one 
 from hypothesis import settings  # noqa: E402
 
 from flashcheck import kernels  # noqa: E402,F401  (switches on the interpreter before anything imports triton)
+from flashcheck import compile_lock  # noqa: E402
+
+compile_lock.install()  # on a GPU: xdist workers needing one binary compile it once
 
 pytest_plugins = ["flashcheck.plugin", "flashcheck.tiers"]
 
