@@ -232,7 +232,8 @@ def nan_in_visible_kv(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None,
 def strided_layouts(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None,
                     strided: bool = True) -> Case:
     """BSHD views (a (B, S, H, D) buffer transposed), padded rows/heads, head-dim stride 2 and
-    storage offsets, all inside NaN-guarded buffers: ignored strides show at once."""
+    storage offsets (the one class with offsets that are not 16-byte aligned, as are the varlen
+    batches'), all inside NaN-guarded buffers: ignored strides show at once."""
     fmt, lim = _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh, shapes)
     b, h = draw(_bh(lim))
     if lim.max_bh >= 2 and h < 2:  # BSHD with H = 1 would be contiguous
@@ -244,7 +245,7 @@ def strided_layouts(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, m
     parts = _Parts(_normal(rng, (b, h, m, d)), _normal(rng, (b, h, n, d)), _normal(rng, (b, h, n, d)),
                    causal=draw(st.booleans()), kv_lens=_maybe_kv_lens(draw, b, n))
     layout = draw(st.sampled_from(LAYOUTS[1:])) if strided else "bhsd"
-    return _finish(draw, parts, fmt, "strided_layouts", layout=layout)
+    return _finish(draw, parts, fmt, "strided_layouts", layout=layout, unaligned=True)
 
 
 @composite
