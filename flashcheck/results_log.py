@@ -79,24 +79,12 @@ def _write(config: pytest.Config, record: dict[str, Any]) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    _one_test_at_a_time(config)
     path = config.getoption("--results-log", None)
     if not path or hasattr(config, "workerinput"):  # xdist worker: the controller writes
         return
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     config.stash[_KEY] = open(path, "a", encoding="utf-8")  # noqa: SIM115  (closed at unconfigure)
     _write(config, {"event": "start", "time": time.time(), "args": list(config.invocation_params.args)})
-
-
-def _one_test_at_a_time(config: pytest.Config) -> None:
-    """With --order-from under xdist's `load` scheduling, hand tests out one at a time
-    (`--maxschedchunk 1`) unless the run chose a chunk. xdist's first step sends each worker a
-    contiguous chunk of len/workers/4 tests: longest first, that put the 9 longest of 634 tests on
-    one worker, which ran them one after another while others had finished (cold, on one H200:
-    workers idle from 225 s while five ran attention chains to 330 s and past)."""
-    if (config.getoption("--order-from", None) and getattr(config.option, "dist", "no") == "load"
-            and getattr(config.option, "maxschedchunk", 0) is None):
-        config.option.maxschedchunk = 1
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

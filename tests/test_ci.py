@@ -326,27 +326,6 @@ def test_order_from_runs_the_longest_first(tmp_path: Path) -> None:
     assert bad.returncode == 4 and "not a JSON object of node id -> seconds" in bad.stderr + bad.stdout
 
 
-def test_order_from_hands_xdist_one_test_at_a_time(tmp_path: Path) -> None:
-    """Longest first under xdist's load scheduling: --maxschedchunk 1 unless the run chose one, so
-    the longest tests do not land in one worker's first chunk; a chosen chunk is kept."""
-    (tmp_path / "conftest.py").write_text(
-        "def pytest_sessionfinish(session):\n"
-        "    if not hasattr(session.config, 'workerinput'):\n"
-        "        print('CHUNK', session.config.option.maxschedchunk)\n")
-    (tmp_path / "test_t.py").write_text("def test_a():\n    pass\n")
-    (tmp_path / "d.json").write_text("{}")
-
-    def chunk(*extra: str) -> str:
-        p = subprocess.run([sys.executable, "-m", "pytest", "-p", "flashcheck.results_log", "-p", "no:cacheprovider",
-                            "-n", "2", "-s", *extra, "test_t.py"], cwd=tmp_path, capture_output=True, text=True)
-        found = re.search(r"CHUNK (\S+)", p.stdout)
-        return found.group(1) if found else p.stdout + p.stderr
-
-    assert chunk("--order-from", "d.json") == "1"
-    assert chunk("--order-from", "d.json", "--maxschedchunk", "3") == "3"
-    assert chunk() == "None"
-
-
 def test_lane_soak_is_recorded_with_its_seed(tmp_path: Path) -> None:
     """--soak S: the shipped suite in the soak profile, cut at S seconds, recorded with its seed."""
     from flashcheck.reports import gpu_lane
