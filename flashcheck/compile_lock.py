@@ -11,6 +11,10 @@ its launch options; inside the lock Triton's own cache check runs as before. Not
 a single process, and the lock is released when the call returns or raises (a kernel that does not
 compile fails every worker that needs it, one after another, as before).
 
+Measured on one H200 each (a fresh machine per call, cold cache, gpu profile, 16 workers): without
+it 224 of 634 tests were done at 300 s (call E); with it 591 (call H), whose finished tests built
+1943 binaries while the cache held 2097 (no binary built twice that the count can show).
+
 `FLASHCHECK_COMPILE_LOCK=0` turns it off. The locks live in `<Triton cache dir>/flashcheck-locks/`.
 """
 from __future__ import annotations
