@@ -21,7 +21,7 @@ from flashcheck import compile_lock  # noqa: E402
 
 compile_lock.install()  # on a GPU: xdist workers needing one binary compile it once
 
-pytest_plugins = ["flashcheck.plugin", "flashcheck.tiers"]
+pytest_plugins = ["flashcheck.plugin", "flashcheck.tiers", "flashcheck.quick_first"]
 
 profiles.register_profiles()
 settings.load_profile(profiles.default_profile())
