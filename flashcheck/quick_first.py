@@ -7,7 +7,9 @@ the kernel again, so a bug that the 15th test shows waits for 14 full tests. Mea
 (`reports/gpu_run.md`, kill matrix in the gpu profile): bugs the first test shows were caught in
 2-6 s, the others after 34-78 s or more. In the ci profile (12 examples a test) the CPU catches all
 but one zoo kernel within 10 s. A quick pass of N examples per test (the ci count, say) reaches every
-test early; the full pass then runs every test with the profile's count, unchanged.
+test early; the full pass then runs every test with the profile's count, unchanged. In the gpu
+profile on a 2-core CPU, the softmax zoo's catches went from a median 4.5 s (worst 203 s) to 1.0 s
+(worst 18.7 s) with N = 12; on a GPU it is yet to be measured.
 
 The quick copy of a test is a second item, `test_name_quick[params]`, with the same parameters and
 markers; it runs with `max_examples=N` and otherwise the same settings.
