@@ -13,7 +13,8 @@ profile on a 2-core CPU, the softmax zoo's catches went from a median 4.5 s (wor
 
 The quick copy of a test is a second item, `test_name_quick[params]`, with the same parameters and
 markers; it runs with `max_examples=N` and otherwise the same settings.
-Nothing changes when N is 0 (the default) or when the profile draws at most N examples a test.
+Nothing changes when N is 0 (the default) or when the profile draws at most N examples a test; a
+test whose own `@settings` draw at most N gets no quick copy.
 The full pass draws the same examples as before (derandomized profiles draw the quick pass's first
 examples again: about N/max_examples more examples in all).
 """
@@ -37,8 +38,12 @@ def _profile_examples() -> int:
     return settings.default.max_examples
 
 
-def _is_hypothesis(item: pytest.Item) -> bool:
-    return isinstance(item, pytest.Function) and bool(getattr(item.obj, "is_hypothesis_test", False))
+def _draws_more(item: pytest.Item, n: int) -> bool:
+    """A Hypothesis test whose own settings (the profile's, or its `@settings`) draw more than n."""
+    if not (isinstance(item, pytest.Function) and getattr(item.obj, "is_hypothesis_test", False)):
+        return False
+    own = getattr(item.obj, "_hypothesis_internal_use_settings", None)
+    return own is None or own.max_examples > n
 
 
 def quick_name(originalname: str) -> str:
@@ -68,7 +73,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(f"--quick-first {n}: must be 0 (off) or a number of examples")
     if n == 0 or _profile_examples() <= n:
         return
-    quick = [_quick_copy(i, n) for i in items if _is_hypothesis(i)]
+    quick = [_quick_copy(i, n) for i in items if _draws_more(i, n)]
     items[:] = quick + items
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 TESTS = """
 import json, os
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 def _log(name):
     with open(os.environ["QF_LOG"], "a") as fh:
@@ -29,6 +29,11 @@ def test_param(k, x):
 
 def test_not_hypothesis():
     _log("nohyp")
+
+@settings(max_examples=2)
+@given(st.integers())
+def test_few(x):
+    _log("few")
 """
 
 
@@ -64,11 +69,11 @@ def test_quick_pass_runs_every_hypothesis_test_first_with_n_examples(tmp_path: P
     assert p.returncode == 0, p.stdout + p.stderr
     runs = _runs(calls)
     assert runs[:3] == [("plain", 3), ("param1", 3), ("param2", 3)], runs
-    assert [name for name, _ in runs[3:]] == ["plain", "param1", "param2", "nohyp"], runs
+    assert [name for name, _ in runs[3:]] == ["plain", "param1", "param2", "nohyp", "few"], runs  # few: no quick copy
     assert all(n > 3 for _, n in runs[3:6]), runs  # the full pass keeps the profile's count
     ids = [line.split(" ")[0] for line in p.stdout.splitlines() if "::test_" in line and "PASSED" in line]
     assert ids[:3] == ["test_q.py::test_plain_quick", "test_q.py::test_param_quick[1]", "test_q.py::test_param_quick[2]"], ids
-    assert "test_q.py::test_param[1]" in ids and len(ids) == 7, ids
+    assert "test_q.py::test_param[1]" in ids and len(ids) == 8, ids
 
 
 def test_quick_copies_keep_markers_and_selection(tmp_path: Path) -> None:
@@ -82,6 +87,6 @@ def test_quick_copies_keep_markers_and_selection(tmp_path: Path) -> None:
 def test_off_at_zero_and_when_the_profile_draws_no_more(tmp_path: Path) -> None:
     _, off = _run(tmp_path)
     _, few = _run(tmp_path, "--quick-first", "30")
-    assert [n for n, _ in _runs(off)] == ["plain", "param1", "param2", "nohyp"] == [n for n, _ in _runs(few)]
+    assert [n for n, _ in _runs(off)] == ["plain", "param1", "param2", "nohyp", "few"] == [n for n, _ in _runs(few)]
     bad, _ = _run(tmp_path, "--quick-first", "-1")
     assert bad.returncode == 4 and "--quick-first -1: must be 0 (off) or a number of examples" in bad.stdout + bad.stderr
