@@ -15,8 +15,8 @@ The quick copy of a test is a second item, `test_name_quick[params]`, with the s
 markers; it runs with `max_examples=N` and otherwise the same settings.
 Nothing changes when N is 0 (the default) or when the profile draws at most N examples a test; a
 test whose own `@settings` draw at most N gets no quick copy.
-The full pass draws the same examples as before (derandomized profiles draw the quick pass's first
-examples again: about N/max_examples more examples in all).
+The full pass draws the same examples as without the option; the quick pass adds at most
+N/max_examples to the examples run (some of them may be the full pass's own first examples).
 """
 from __future__ import annotations
 
