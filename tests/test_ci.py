@@ -341,6 +341,16 @@ def test_lane_soak_is_recorded_with_its_seed(tmp_path: Path) -> None:
     assert rc == (1 if rec["failed"] or rec["error"] else 0)
 
 
+def _phase_records(tmp_path: Path, test_file: str) -> dict[str, dict]:
+    """Run `test_file` (in tmp_path) under -p flashcheck.phases; node id -> its results-log record."""
+    log = tmp_path / "r.jsonl"
+    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "flashcheck.results_log", "-p", "flashcheck.phases",
+                        "-p", "no:cacheprovider", "--results-log", str(log), "-q", test_file],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    return {r["nodeid"]: r for r in map(json.loads, log.read_text().splitlines()) if r.get("event") == "test"}
+
+
 def test_phases_count_every_second_once(tmp_path: Path) -> None:
     """-p flashcheck.phases: the oracle called inside a comparison counts as oracle, not twice;
     Hypothesis's own time (drawing) is apart from the example bodies'; the phases add up to the
@@ -357,12 +367,7 @@ def test_phases_count_every_second_once(tmp_path: Path) -> None:
         "    compare_softmax(x, softmax_oracle(x, FP32).astype(np.float32).astype(np.float64), FP32, depth=2)\n"
         "    time.sleep(0.2)\n"
         "def test_plain():\n    time.sleep(0.3)\n")
-    log = tmp_path / "r.jsonl"
-    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "flashcheck.results_log", "-p", "flashcheck.phases",
-                        "-p", "no:cacheprovider", "--results-log", str(log), "-q", "test_p.py"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    recs = {r["nodeid"]: r for r in map(json.loads, log.read_text().splitlines()) if r.get("event") == "test"}
+    recs = _phase_records(tmp_path, "test_p.py")
     h, plain = recs["test_p.py::test_h"], recs["test_p.py::test_plain"]
     from flashcheck.phases import PHASES
 
@@ -383,10 +388,5 @@ def test_phases_count_binaries_built_apart_from_cache_loads(tmp_path: Path) -> N
         "def test_b():\n"
         "    for hit in (False, True, False):\n"
         "        knobs.compilation.listener(src=None, metadata={}, metadata_group={}, times=None, cache_hit=hit)\n")
-    log = tmp_path / "r.jsonl"
-    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "flashcheck.results_log", "-p", "flashcheck.phases",
-                        "-p", "no:cacheprovider", "--results-log", str(log), "-q", "test_b.py"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    rec = next(r for r in map(json.loads, log.read_text().splitlines()) if r.get("event") == "test")
+    rec = _phase_records(tmp_path, "test_b.py")["test_b.py::test_b"]
     assert rec["phases"]["built"] == 2, rec

@@ -3,6 +3,7 @@ of them with the profile's count; off at 0 and when the profile draws no more th
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -48,7 +49,7 @@ def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[
     log.unlink(missing_ok=True)
     p = subprocess.run([sys.executable, "-m", "pytest", "-p", "flashcheck.quick_first", "-p", "no:cacheprovider",
                         "-p", "no:randomly", "--hypothesis-profile", "many", "-v", *args, "test_q.py"],
-                       cwd=tmp_path, capture_output=True, text=True, env={**__import__("os").environ, "QF_LOG": str(log)})
+                       cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "QF_LOG": str(log)})
     calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     return p, calls
 
