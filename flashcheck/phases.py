@@ -18,9 +18,15 @@ another counts for its own phase, not the caller's):
 
 The numbers ride on the test report (`user_properties`, so they cross from xdist workers), and
 `flashcheck.results_log` writes them into each test's line; `summarize` adds them up per file.
+
+`FLASHCHECK_BUILDS_OUT=DIR` also writes one JSON line per binary compiled or loaded (the test,
+cache hit or not, Triton's hash, the kernel, its signature, constants, attributes and options)
+to `DIR/builds-PID.jsonl`: two runs' logs tell which key parts made a binary new.
 """
 from __future__ import annotations
 
+import json
+import os
 import sys
 import time
 from collections import defaultdict
@@ -91,6 +97,7 @@ def _patch_triton() -> None:
             def listener(*, cache_hit: bool, **kwargs):
                 if not cache_hit:  # built here, not loaded from the on-disk cache
                     _clock["built"] += 1
+                _log_build(cache_hit, kwargs.get("src"), kwargs.get("metadata") or {})
                 if previous is not None:
                     previous(cache_hit=cache_hit, **kwargs)
 
@@ -106,6 +113,23 @@ def _patch_triton() -> None:
         return
     if not getattr(InterpretedFunction.run, "_flashcheck_phase", None):
         InterpretedFunction.run = _timed(InterpretedFunction.run, "kernel")
+
+
+_BUILDS_OUT = os.environ.get("FLASHCHECK_BUILDS_OUT")
+
+
+def _log_build(cache_hit: bool, src: Any, metadata: dict) -> None:
+    if not _BUILDS_OUT:
+        return
+    fn = getattr(src, "fn", None)
+    line = {"test": os.environ.get("PYTEST_CURRENT_TEST", ""), "hit": cache_hit, "hash": metadata.get("hash"),
+            "kernel": getattr(fn, "__name__", repr(fn)), "fn_key": getattr(fn, "cache_key", None),
+            "signature": repr(getattr(src, "signature", None)), "constants": repr(getattr(src, "constants", None)),
+            "attrs": repr(getattr(src, "attrs", None)),
+            "options": {k: repr(metadata.get(k)) for k in ("num_warps", "num_stages", "num_ctas", "maxnreg")}}
+    os.makedirs(_BUILDS_OUT, exist_ok=True)
+    with open(os.path.join(_BUILDS_OUT, f"builds-{os.getpid()}.jsonl"), "a") as f:
+        f.write(json.dumps(line, default=repr) + "\n")
 
 
 def _patch_names(modules: Iterable[Any]) -> None:
