@@ -4,6 +4,12 @@ from .registry import REGISTRY, KernelSpec, get, kernels, register
 from .attention import attention
 from .softmax import softmax, softmax_online, softmax_row, softmax_split
 from . import specs  # noqa: F401  (registers the production kernels)
+from ._runtime import settle_cache_keys
+import sys as _sys
+
+# Before any kernel is launched or a zoo kernel hashes a shared helper (`settle_cache_keys`);
+# by module, not by package attribute: `attention` and `softmax` here are the functions.
+settle_cache_keys(*(_sys.modules[f"{__name__}.{m}"] for m in ("_common", "softmax", "attention_merge", "attention")))
 
 __all__ = ["DEVICE", "INTERPRET", "REGISTRY", "KernelSpec", "get", "kernels", "register",
            "attention", "softmax", "softmax_row", "softmax_online", "softmax_split"]

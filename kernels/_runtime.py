@@ -29,7 +29,7 @@ DEVICE: torch.device = torch.device("cpu" if INTERPRET else "cuda")
 import triton  # noqa: E402  (after the switch above, on purpose)
 import triton.language as tl  # noqa: E402
 
-__all__ = ["DEVICE", "INTERPRET", "triton", "tl", "check_device", "on_input_device"]
+__all__ = ["DEVICE", "INTERPRET", "triton", "tl", "check_device", "on_input_device", "settle_cache_keys"]
 
 F = TypeVar("F", bound=Callable[..., torch.Tensor])
 
@@ -62,3 +62,22 @@ def check_device(name: str, t: torch.Tensor) -> None:
             f"{name} is on {t.device}, but kernels run on {DEVICE.type}"
             + (" (Triton interpreter: no GPU found)" if INTERPRET else "")
         )
+
+
+def settle_cache_keys(*modules) -> None:
+    """Compute the cache key of every `@triton.jit` function of `modules` now, in definition
+    order (helpers before the kernels that call them).
+
+    Triton 3.6 folds a callee's constexpr globals (`_LOG2E = tl.constexpr(...)`) into its
+    caller's key only when the callee's own key was computed first (`DependenciesFinder.
+    _update_hash` merges `used_global_vals` before asking the callee for its key). So a kernel's
+    key, and the binary's name in the on-disk cache, depended on which kernel a process happened
+    to launch first: on one H200 5 of 11 xdist workers keyed the online and split softmax kernels
+    one way and 6 the other, and a warm cache rebuilt 142 binaries. Keys computed at import, in
+    one order, are the same in every process. The interpreter hashes nothing: a no-op there."""
+    from triton.runtime.jit import JITFunction
+
+    for module in modules:
+        for value in list(vars(module).values()):
+            if isinstance(value, JITFunction):
+                value.cache_key  # noqa: B018  (computed and kept by Triton)
