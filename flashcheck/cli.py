@@ -41,7 +41,7 @@ def _check(argv: Sequence[str]) -> int:
                "  --kernel-dtypes fp16,bf16  --kernel-min-n N  --kernel-max-n N  --kernel-sizes N,N\n"
                "  --kernel-cap KEY=VALUE (repeatable), --fixture-dir DIR, --no-save-fixtures,\n"
                "  -n auto, -x, -k EXPR, --hypothesis-profile NAME, --quick-first N (every test first\n"
-               "  with N examples: an early first failure).\nCapability keys:\n"
+               "  with N examples: an early first failure; 12 in the gpu tier, 0 turns it off).\nCapability keys:\n"
                + "\n".join(f"  {k:16s} {v[3]}" for k, v in _capabilities().items()) + "\n\n" + exitcodes.TABLE)
     p.add_argument("target", help="FILE.py:FUNCTION, package.module:FUNCTION or a registered kernel name")
     p.add_argument("--family", choices=families.names(), help="which suite (inferred for registered kernels and KernelSpecs)")

@@ -40,6 +40,12 @@ PROFILES: dict[str, dict[str, Any]] = {
 #: an H200, issue 11) with headroom; soak's examples are random and the suite's slowest.
 TIMEOUTS: dict[str, float] = {"smoke": 300.0, "ci": 900.0, "dev": 1800.0, "gpu": 900.0, "soak": 3600.0}
 
+#: `--quick-first` when the command line does not give it (flashcheck.quick_first): the gpu tier
+#: first runs every test with ci's 12 examples, so with -x a broken kernel is caught in seconds
+#: rather than after every earlier test's 120 (one H200, kill matrix: median 3.8 s for the softmax
+#: zoo and 11 s for attention's, against 34-37 s and over 100 s without; reports/gpu_run.md).
+QUICK_FIRST: dict[str, int] = {"gpu": 12}
+
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
             HealthCheck.large_base_example, HealthCheck.differing_executors]
 _COMMON: dict[str, Any] = dict(deadline=None, suppress_health_check=_SLOW_OK, print_blob=True)
@@ -76,6 +82,11 @@ def default_profile(*, gpu: bool | None = None, environ: Mapping[str, str] | Non
     if gpu:
         return "gpu"
     return "ci" if _truthy(env.get("CI")) else "dev"
+
+
+def default_quick_first(profile: str) -> int:
+    """Examples of the quick pass a tier runs first (0: none)."""
+    return QUICK_FIRST.get(profile, 0)
 
 
 def default_timeout(profile: str) -> float:

@@ -43,12 +43,14 @@ def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[
     (tmp_path / "conftest.py").write_text(
         "from hypothesis import settings\n"
         "settings.register_profile('many', max_examples=30, derandomize=True, database=None)\n"
+        "settings.register_profile('gpu', max_examples=30, derandomize=True, database=None)\n"
         "def pytest_configure(config):\n"
         "    config.addinivalue_line('markers', 'slow: slow')\n")
     log = tmp_path / "log.jsonl"
     log.unlink(missing_ok=True)
     p = subprocess.run([sys.executable, "-m", "pytest", "-p", "flashcheck.quick_first", "-p", "no:cacheprovider",
-                        "-p", "no:randomly", "--hypothesis-profile", "many", "-v", *args, "test_q.py"],
+                        "-p", "no:randomly", *(() if "--hypothesis-profile" in args else ("--hypothesis-profile", "many")),
+                        "-v", *args, "test_q.py"],
                        cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "QF_LOG": str(log)})
     calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     return p, calls
@@ -91,3 +93,14 @@ def test_off_at_zero_and_when_the_profile_draws_no_more(tmp_path: Path) -> None:
     assert [n for n, _ in _runs(off)] == ["plain", "param1", "param2", "nohyp", "few"] == [n for n, _ in _runs(few)]
     bad, _ = _run(tmp_path, "--quick-first", "-1")
     assert bad.returncode == 4 and "--quick-first -1: must be 0 (off) or a number of examples" in bad.stdout + bad.stderr
+
+
+def test_the_gpu_tier_runs_a_quick_pass_of_12_unless_told_otherwise(tmp_path: Path) -> None:
+    from flashcheck.profiles import default_quick_first
+
+    assert default_quick_first("gpu") == 12 and default_quick_first("ci") == default_quick_first("soak") == 0
+    _, gpu = _run(tmp_path, "--hypothesis-profile", "gpu")
+    runs = _runs(gpu)
+    assert runs[:3] == [("plain", 12), ("param1", 12), ("param2", 12)], runs
+    _, off = _run(tmp_path, "--hypothesis-profile", "gpu", "--quick-first", "0")
+    assert [n for n, _ in _runs(off)] == ["plain", "param1", "param2", "nohyp", "few"]
