@@ -7,7 +7,7 @@ from . import specs  # noqa: F401  (registers the production kernels)
 from ._runtime import settle_cache_keys
 import sys as _sys
 
-# Before any kernel is launched or a zoo kernel hashes a shared helper (`settle_cache_keys`);
+# Before any kernel is launched or another module's kernel hashes a shared helper (`settle_cache_keys`);
 # by module, not by package attribute: `attention` and `softmax` here are the functions.
 settle_cache_keys(*(_sys.modules[f"{__name__}.{m}"] for m in ("_common", "softmax", "attention_merge", "attention")))
 
