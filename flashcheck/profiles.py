@@ -6,7 +6,7 @@ per-test timeout.
 | smoke | 2        | derandomized   | a first look on a GPU: every kernel and dtype touched   |
 | ci    | 12       | derandomized   | CPU CI (`CI=true` without a GPU)                        |
 | dev   | 25       | random         | a developer's CPU run (default without a GPU)           |
-| gpu   | 120      | derandomized   | GPU CI and the default with a GPU                       |
+| gpu   | 120      | derandomized   | GPU CI and the default with a GPU; a quick pass of 12 first |
 | soak  | 120      | random         | hunting false alarms with `--hypothesis-seed`           |
 
 Every tier runs every test (each is parametrized over every kernel and dtype); the tiers differ in

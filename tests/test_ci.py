@@ -390,3 +390,32 @@ def test_phases_count_binaries_built_apart_from_cache_loads(tmp_path: Path) -> N
         "        knobs.compilation.listener(src=None, metadata={}, metadata_group={}, times=None, cache_hit=hit)\n")
     rec = _phase_records(tmp_path, "test_b.py")["test_b.py::test_b"]
     assert rec["phases"]["built"] == 2, rec
+
+
+def test_builds_out_logs_each_binary_with_its_key_parts(tmp_path: Path, monkeypatch) -> None:
+    """FLASHCHECK_BUILDS_OUT: one JSON line per binary the listener reports, with what tells two
+    runs' keys apart (how part M of reports/gpu_run.md found Triton's key-order rebuilds)."""
+    from flashcheck import phases
+
+    monkeypatch.setattr(phases, "_BUILDS_OUT", str(tmp_path / "builds"))
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "t.py::test_x (call)")
+
+    class Fn:
+        __name__ = "_k"
+        cache_key = "fnkey"
+
+    class Src:
+        fn = Fn()
+        signature = {"x_ptr": "*fp16"}
+        constants = {(1,): 64}
+        attrs = {}
+
+    phases._log_build(False, Src(), {"hash": "h1", "num_warps": 4})
+    phases._log_build(True, Src(), {"hash": "h1", "num_warps": 4})
+    lines = [json.loads(line) for f in (tmp_path / "builds").iterdir() for line in f.read_text().splitlines()]
+    assert [(r["hit"], r["hash"], r["kernel"], r["fn_key"], r["test"]) for r in lines] == [
+        (False, "h1", "_k", "fnkey", "t.py::test_x (call)"), (True, "h1", "_k", "fnkey", "t.py::test_x (call)")]
+    assert lines[0]["signature"] == "{'x_ptr': '*fp16'}" and lines[0]["options"]["num_warps"] == "4"
+    monkeypatch.setattr(phases, "_BUILDS_OUT", None)
+    phases._log_build(False, Src(), {"hash": "h2"})
+    assert len(list((tmp_path / "builds").iterdir())) == 1 and sum(1 for _ in open(next((tmp_path / "builds").iterdir()))) == 2
