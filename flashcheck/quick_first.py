@@ -10,7 +10,8 @@ but one zoo kernel within 10 s. A quick pass of N examples per test (the ci coun
 test early; the full pass then runs every test with the profile's count, unchanged. In the gpu
 profile on a 2-core CPU, the softmax zoo's catches went from a median 4.5 s (worst 203 s) to 1.0 s
 (worst 18.7 s) with N = 12; on one H200 (kill matrix, gpu profile, 6 zoo kernels at a time) the
-median catch went from 34-37 s to 3.8 s (softmax zoo) and from over 100 s to 11 s (attention zoo).
+median catch went from 34-37 s to 3.3-4.4 s (softmax zoo) and from more than 60 s (7 of 14 caught
+within 100 s) to 6.7-16.1 s (attention zoo).
 
 The quick copy of a test is a second item, `test_name_quick[params]`, with the same parameters and
 markers; it runs with `max_examples=N` and otherwise the same settings.
