@@ -19,10 +19,10 @@ _PROBE = r"""
 import json, sys
 import flashcheck.kernels  # noqa: F401  (settles the keys at import)
 from triton.runtime.jit import JITFunction
-fns = []
-for mod in ("_common", "softmax", "attention_merge", "attention"):
-    m = sys.modules["flashcheck.kernels." + mod]
-    fns += [(mod + "." + n, v) for n, v in vars(m).items() if isinstance(v, JITFunction)]
+fns = []  # every kernel module imported with the package, not a list of them kept here as well
+for mod in sorted(name for name in sys.modules if name.startswith("flashcheck.kernels.")):
+    fns += [(mod[len("flashcheck.kernels."):] + "." + n, v) for n, v in vars(sys.modules[mod]).items()
+            if isinstance(v, JITFunction)]
 if sys.argv[1] == "reversed":
     fns.reverse()
 print(json.dumps({name: fn.cache_key for name, fn in fns}))
