@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from flashcheck.interp_bounds import KernelFault
+from flashcheck.interpreter import fixed_order_dot
 
 __all__ = ["GpuIncompatible", "GpuResourceWarning", "install", "tf32_truncate", "tf32_round", "GRID_LIMITS",
            "SHARED_MEMORY_BYTES"]
@@ -132,7 +133,7 @@ def install(interp: types.ModuleType) -> None:
         a_small, b_small = tf32_truncate(a.data - a_big), tf32_truncate(b.data - b_big)
         acc = np.zeros_like(d.data)
         for x, y in ((a_small, b_big), (a_big, b_small), (a_big, b_big)):
-            acc = np.matmul(x, y, dtype=np.float32) + acc
+            acc = fixed_order_dot(x, y) + acc  # a row's bits independent of its place in the tile
         return TH(acc + d.data, d.dtype.scalar)
 
     B.create_dot = create_dot

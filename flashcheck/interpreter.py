@@ -164,6 +164,20 @@ def _fma_round_to_odd(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray
     return s
 
 
+_DOT_FLOATS = (np.dtype(np.float16), np.dtype(np.float32))
+
+
+def fixed_order_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b for fp16/fp32 operands, rounded once to fp32, the same bits for a row wherever it sits
+    in the tile. Triton's interpreter calls np.matmul in fp32, i.e. BLAS, whose kernels sum a
+    row's products in an order that depends on the row's position and the tile's height (on an AVX2
+    machine, OpenBLAS: a third of a 32 x 32 product changed bits when its rows were permuted), so a
+    correct kernel failed the bit-identity properties (query permutation, block_m) there. The
+    products are exact in float64 (24 + 24 significant bits) and einsum sums every output element
+    in one fixed order, independent of the others."""
+    return np.einsum("...ik,...kj->...ij", a.astype(np.float64), b.astype(np.float64)).astype(np.float32)
+
+
 def _replace(cls: type, name: str, new: Any) -> None:
     _PATCHES.append((cls, name, cls.__dict__.get(name, _ABSENT), new))
     setattr(cls, name, new)
@@ -343,9 +357,10 @@ def _patch_builder(interp: types.ModuleType) -> None:
         return TH(f64_to_bf16_bits(_fma_round_to_odd(f[0], f[1], f[2])), tl.bfloat16)
 
     def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
-        if not (is_bf16(a) or is_bf16(b) or is_bf16(d)):
-            return orig["create_dot"](self, a, b, d, input_precision, max_num_imprecise_acc)
-        out = orig["create_dot"](self, as_f32(a), as_f32(b), as_f32(d), input_precision, max_num_imprecise_acc)
+        fa, fb, fd = as_f32(a), as_f32(b), as_f32(d)
+        if not all(h.data.dtype in _DOT_FLOATS for h in (fa, fb)) or fd.data.dtype != np.float32:
+            return orig["create_dot"](self, a, b, d, input_precision, max_num_imprecise_acc)  # ints, fp8
+        out = TH(fixed_order_dot(fa.data, fb.data) + fd.data, tl.float32)
         return encode(out.data) if is_bf16(d) else out
 
     def create_tensor_pointer_load(self, ptr, boundary_check, padding_option, cache_modifier,

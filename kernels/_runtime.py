@@ -6,7 +6,6 @@ interpreter patch (exact bf16, runnable autotune) is the engine's (`flashcheck.k
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import sys
@@ -45,12 +44,11 @@ def on_input_device(fn: F) -> F:
     @functools.wraps(fn)
     def launch(*args, **kwargs):
         first = args[0] if args else None
-        if isinstance(first, torch.Tensor) and first.device.type == "cuda":
-            ctx = torch.cuda.device(first.device)
-        else:
-            ctx = contextlib.nullcontext()
-        with ctx:
-            return fn(*args, **kwargs)
+        if (isinstance(first, torch.Tensor) and first.device.type == "cuda"
+                and first.device.index != torch.cuda.current_device()):
+            with torch.cuda.device(first.device):
+                return fn(*args, **kwargs)
+        return fn(*args, **kwargs)  # already current: a device switch costs microseconds a call
 
     return launch  # type: ignore[return-value]
 

@@ -59,19 +59,19 @@ the interpreter; on the GPU bf16 goes to the tensor cores as bf16.
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from ._runtime import on_input_device
 from ._common import (
-    DEVICE, INTERPRET, LOG2E, bf16_as_bits, by16, kernel_view, load_f32_zero, store_f32, tl, triton,
+    DEVICE, LOG2E, kernel_view, load_f32_zero, store_f32, tl, triton,
 )
 from .attention_args import (
     MAX_HEAD_DIM, _check_cu, _check_heads, _check_inputs, _check_launch, _check_options, _check_qkv,
     _mask_view, effective_scale, effective_softcap, normalize_window,
 )
-from .attention_config import _DECODE_BLOCK_M, AttnConfig, attn_config, auto_splits
+from .attention_config import AttnConfig, attn_config, auto_splits
 from .attention_merge import merge_splits
+from .attention_plan import launch_plan
 from triton.runtime.errors import OutOfResources  # noqa: E402  (after _runtime: it sets TRITON_INTERPRET)
 
 
@@ -378,7 +378,6 @@ def _attn_fwd_kernel(
             tl.store(lse_ptr + lse_rows, tl.where(l32 == 0.0, float("-inf"), lse), mask=row_ok)
 
 
-_GRID_YZ_MAX = 65535
 # Pipelining depth that compiled within shared memory, per kernel variant: a mask tile adds a
 # buffer per stage, so the table's depth can pass the 227 KB of an H100/H200 (D 128 with a mask:
 # 256 KB at 3 stages). Fewer stages change no arithmetic.
@@ -386,7 +385,8 @@ _STAGES_THAT_FIT: dict[tuple, int] = {}
 
 
 def _with_stages_that_fit(run, key: tuple, stages: int, *, fixed: bool) -> None:
-    stages = _STAGES_THAT_FIT.get(key, stages)
+    known = _STAGES_THAT_FIT.get(key)
+    stages = known or stages
     while True:
         try:
             run(stages)
@@ -395,116 +395,70 @@ def _with_stages_that_fit(run, key: tuple, stages: int, *, fixed: bool) -> None:
                 raise
             stages -= 1
             continue
-        _STAGES_THAT_FIT[key] = stages
+        if stages != known:
+            _STAGES_THAT_FIT[key] = stages
         return
 
 
-def _wide(cfg: AttnConfig, *ts: torch.Tensor) -> bool:
-    """Whether in-tile offsets ((BLOCK - 1) * |stride| summed over the tile's two dims) could
-    exceed int32; then the kernel computes them in int64."""
-    span = max(cfg.block_m, cfg.block_n, cfg.block_d, cfg.block_dv)
-    return any(span * (abs(t.stride(2)) + abs(t.stride(3))) >= 2**31 for t in ts)
+_NONE_I32: dict[torch.device, torch.Tensor] = {}
 
 
-def _lead_strides(*strides: tuple[int, ...]) -> tuple[list[int], int]:
-    """The kernel's stride arguments for 4-D q, k, v and o and STRIDE_MUL: batch, head and row
-    strides through `by16` together, head-dim strides as they are."""
-    lead, mul = by16(*(s for st in strides for s in st[:3]))
-    return [x for i, st in enumerate(strides) for x in (*lead[3 * i:3 * i + 3], st[3])], mul
+def _none_i32(device: torch.device) -> torch.Tensor:
+    """A one-element int32 stand-in per device, made once: a fresh `torch.zeros` per call cost a
+    fill kernel and an allocation on every launch (decode calls are launch-bound). Never written."""
+    t = _NONE_I32.get(device)
+    if t is None:
+        t = _NONE_I32[device] = torch.zeros(1, dtype=torch.int32, device=device)
+    return t
 
 
 def _launch(q4, k4, v4, o4, lse3, *, batch: int, m_max: int, n_max: int, cu_q, cu_k, causal, scale, kv_lens,
             window, softcap, causal_align, mask4, return_lse, num_splits, pack_gqa, block_m, block_n,
             num_warps, num_stages, rowsum_fp32) -> None:
     """Run the forward on 4-D views (B, H, seq, D) (varlen: B = 1, seq = the packed length, and
-    cu_q/cu_k give the sequences); writes o4 (and lse3)."""
-    Hq, D = q4.shape[1], q4.shape[3]
-    Hkv, Dv = k4.shape[1], v4.shape[3]
-    group = Hq // Hkv
-    dtype = q4.dtype
-    left, right = normalize_window(window)
-    if causal:  # causal is the window's right edge at the diagonal
-        right = 0
-    pack = (group > 1 and m_max < _DECODE_BLOCK_M * 2) if pack_gqa is None else bool(pack_gqa) and group > 1
-    rows = m_max * group if pack else m_max
-    cfg = attn_config(D, dtype, dv=Dv, n=n_max, block_m=block_m or (_DECODE_BLOCK_M if pack and not INTERPRET else None),
-                      block_n=block_n, num_warps=num_warps, num_stages=num_stages)
-    m_tiles = triton.cdiv(rows, cfg.block_m)
-    heads = Hkv if pack else Hq
-    if num_splits == 0:
-        num_splits = auto_splits(m_tiles * batch * heads, n_max, cfg.block_n)
-    n_blocks = max(1, triton.cdiv(n_max, cfg.block_n))
-    splits = max(1, num_splits)
-    # Whole key blocks per split; more splits than blocks leave the last ones empty (-inf states).
-    keys_per_split = triton.cdiv(n_blocks, splits) * cfg.block_n
-    sc = effective_scale(scale, D)
-    cap = effective_softcap(softcap)
-    mask_kind = 0 if mask4 is None else (1 if mask4.dtype == torch.bool else 2)
-    unit = 1.0 if mask_kind == 2 else LOG2E  # a float mask: natural units (module doc)
-    qk_scale = float(np.float32(sc * unit))
-    cap_in = float(np.float32(sc / cap)) if cap > 0 else 1.0
-    cap_out = float(np.float32(cap * unit)) if cap > 0 else 1.0
-    bits = bf16_as_bits(dtype)
-    if mask_kind == 1:
-        mk = mask4.view(torch.uint8) if mask4.dtype == torch.bool else mask4
-    elif mask_kind == 2:
+    cu_q/cu_k give the sequences); writes o4 (and lse3). Everything but the data pointers comes
+    from `launch_plan`, cached on the call's shapes, strides and options."""
+    plan = launch_plan(
+        q4.dtype, q4.shape, q4.stride(), k4.shape, k4.stride(), v4.shape, v4.stride(), o4.shape, o4.stride(),
+        None if mask4 is None else (mask4.dtype, mask4.stride()), None if lse3 is None else lse3.stride(),
+        batch=batch, m_max=m_max, n_max=n_max, varlen=cu_q is not None, causal=causal, scale=scale,
+        has_kv_lens=kv_lens is not None, window=normalize_window(window), softcap=softcap,
+        causal_align=causal_align, return_lse=bool(return_lse), num_splits=num_splits, pack_gqa=pack_gqa,
+        block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
+        rowsum_fp32=bool(rowsum_fp32))
+    if plan.mask_kind == 1:
+        mk = mask4.view(torch.uint8)
+    elif plan.mask_kind == 2:
         mk = kernel_view(mask4)
     else:
         mk = o4
-    ms = mask4.stride() if mask4 is not None else (0, 0, 0, 0)
-    dummy = o4
-    lse_t = lse3 if lse3 is not None else dummy
-    ls = lse3.stride() if lse3 is not None else (0, 0, 0)
+    lse_t = lse3 if lse3 is not None else o4
     # int32 index tensors, one-element stand-ins when absent: the kernel's pointer types (and so
     # its compiled variant) do not depend on them
-    none_i32 = torch.zeros(1, dtype=torch.int32, device=o4.device)
+    none_i32 = _none_i32(o4.device)
     kvl = kv_lens.to(torch.int32).contiguous() if kv_lens is not None else none_i32
     cq = cu_q if cu_q is not None else none_i32
     ck = cu_k if cu_k is not None else none_i32
+    splits, dv = plan.splits, o4.shape[-1]
     if splits > 1:
         # Partial states in o's layout (fp32, unnormalised), (m, l, l32) in o's row order.
         acc_p = torch.empty((splits, *o4.shape), dtype=torch.float32, device=o4.device).as_strided(
             (splits, *o4.shape), (o4.numel(), *o4.stride()))
-        ml = torch.empty((3, splits, o4.numel() // Dv), dtype=torch.float32, device=o4.device)
-        out_t, os_ = acc_p, o4.stride()  # all splits: the kernel writes split s at s * PART_O
-        ps = tuple(s // Dv for s in o4.stride()[:3])
-        part_o, part_l = o4.numel(), o4.numel() // Dv
-        m_p, l_p, l32_p = ml[0], ml[1], ml[2]
+        ml = torch.empty((3, splits, o4.numel() // dv), dtype=torch.float32, device=o4.device)
+        out_t, m_p, l_p, l32_p = acc_p, ml[0], ml[1], ml[2]  # the kernel writes split s at s * PART_O
     else:
-        out_t, os_ = kernel_view(o4), o4.stride()
-        ps, part_o, part_l = (0, 0, 0), 0, 0
-        m_p = l_p = l32_p = dummy
-    grid = (m_tiles, batch * heads, splits)
-    if batch * heads > _GRID_YZ_MAX or splits > _GRID_YZ_MAX:
-        raise ValueError(f"batch * heads = {batch * heads} and num_splits = {splits} must be at most "
-                         f"{_GRID_YZ_MAX} (the GPU's grid limit on its second and third axes)")
-    strides, mul = _lead_strides(q4.stride(), k4.stride(), v4.stride(), os_)
-    no_edge = m_max + n_max  # past every key (see the kernel's window arithmetic)
-    meta = dict(
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=cfg.block_d, BLOCK_DV=cfg.block_dv, STRIDE_MUL=mul,
-        VARLEN=cu_q is not None, SOFTCAP=cap > 0, MASK_KIND=mask_kind,
-        MASK_BF16_BITS=mask_kind == 2 and bf16_as_bits(mask4.dtype), RETURN_LSE=bool(return_lse),
-        SPLIT=splits > 1, PACK_GQA=pack, BF16_BITS=bits, IS_FP32=dtype == torch.float32,
-        EVEN_D=cfg.block_d == D, EVEN_DV=cfg.block_dv == Dv,
-        WIDE=_wide(cfg, q4, k4, v4, o4, *((mask4,) if mask4 is not None else ())),
-        ROWSUM_P32=bool(rowsum_fp32), num_warps=cfg.num_warps,
-    )
+        out_t = kernel_view(o4)
+        m_p = l_p = l32_p = o4
 
     def run(stages: int) -> None:
-        _attn_fwd_kernel[grid](
+        _attn_fwd_kernel[plan.grid](
             kernel_view(q4), kernel_view(k4), kernel_view(v4), out_t, lse_t, kvl, cq, ck, mk, m_p, l_p, l32_p,
-            *strides, *ms, *ls, *ps,
-            Hq, Hkv, group, m_max, n_max, D, Dv, qk_scale, cap_in, cap_out,
-            left if left >= 0 else no_edge, right if right >= 0 else no_edge,
-            int(causal_align == "bottom_right"), int(kv_lens is not None),
-            int(right >= 0 and not pack and splits == 1), keys_per_split,
-            part_o, part_l, num_stages=stages, **meta)
+            *plan.args, num_stages=stages, **plan.meta)
 
-    _with_stages_that_fit(run, (dtype, cfg, mk.dtype, tuple(sorted(meta.items()))), cfg.num_stages,
-                          fixed=num_stages is not None)
+    _with_stages_that_fit(run, plan.stage_key, plan.cfg.num_stages, fixed=num_stages is not None)
     if splits > 1:
-        merge_splits(acc_p, m_p, l_p, l32_p, o4, lse3, varlen=cu_q is not None, block_dv=cfg.block_dv,
-                     natural=mask_kind == 2)
+        merge_splits(acc_p, m_p, l_p, l32_p, o4, lse3, varlen=cu_q is not None, block_dv=plan.cfg.block_dv,
+                     natural=plan.mask_kind == 2)
 
 
 @on_input_device

@@ -3,7 +3,6 @@
 a decode-shaped problem gets."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -75,9 +74,12 @@ def _sm_count() -> int:
 
 def auto_splits(programs: int, n: int, block_n: int) -> int:
     """Split-KV for decode-shaped problems on the GPU (FlashAttention's num_splits=0): enough
-    splits to give every SM about two programs, each split at least 4 key blocks. 1 under the
-    interpreter (no SMs to fill)."""
+    splits for one wave, at most one program per SM, each split at least 4 key blocks. 1 under
+    the interpreter (no SMs to fill). A wave and a bit is the worst case: on an H200 (132 SMs;
+    decode, 64K-128K keys, groups 4 and 8, so 32 and 16 programs) 5 and 9 splits ran at 0.56-0.71
+    of copy, 4 and 8 splits at 0.89-1.01 (reports/attention_bench.md); two per SM (9 and 17) at
+    0.63-0.80."""
     if INTERPRET or programs <= 0:
         return 1
-    want = math.ceil(2 * _sm_count() / programs)
+    want = _sm_count() // programs
     return max(1, min(want, n // (4 * block_n), 128))

@@ -1,6 +1,6 @@
 """`python -m flashcheck.reports.bench_attention_features`: speed of the attention features on the GPU.
 
-Four sections, each a Markdown table put into reports/attention_bench.md between its own
+Five sections, each a Markdown table put into reports/attention_bench.md between its own
 `<!-- bench:NAME -->` markers (bench_attention.write_sections: the main table and the other
 sections stay as they are), all timed in one run with triton.testing.do_bench (median, L2 flushed
 before each call; 100 ms per measurement, 50 ms for decode):
@@ -14,6 +14,8 @@ before each call; 100 ms per measurement, 50 ms for decode):
   against ours on each sequence alone (times summed) and on one padded batch.
 - window: sliding window (L, 0) and softcap c tanh(s / c), causal, B 4, H 16, S 4096/8192, D 128;
   ours against FlexAttention (torch.compile, block mask / score_mod) and SDPA with a boolean mask.
+- launch: a short decode call's host time (Python, checks, launch) against its GPU time (a CUDA
+  graph replay), ours and SDPA (reports/bench_launch.py).
 
 Every row has max |ours - reference| (the reference is named in its table). `--sections` picks
 sections, `--quick` runs fewer cases, `--budget S` starts no new case after S seconds (and no
@@ -35,13 +37,14 @@ from pathlib import Path
 
 import torch
 
+from .bench_launch import bench_launch, md_launch
 from .bench_attention import (
     DTYPES, OUT, _bench, _sdpa, command_line, flops, max_diff, no_gpu, run_info, time_sdpa, write_sections,
 )
 
 PROG = "python -m flashcheck.reports.bench_attention_features"
 DEV = "cuda"
-SECTIONS = ("gqa", "decode", "varlen", "window")
+SECTIONS = ("gqa", "decode", "varlen", "window", "launch")
 REP, DECODE_REP = 100, 50  # ms of timed calls per measurement
 SDPA_ALL = ("flash", "cudnn", "efficient")
 GQA = (2, 32, 4096, 128)  # B, Hq, S, D
@@ -167,7 +170,8 @@ def md_gqa(rows: list[dict], command: str, skipped: int) -> str:
 @contextmanager
 def _chosen_splits():
     """The split counts the launcher's automatic choice returns while inside (num_splits=0)."""
-    mod = importlib.import_module("flashcheck.kernels.attention")  # the module (kernels.attention is the function)
+    mod = importlib.import_module("flashcheck.kernels.attention_plan")
+    mod.launch_plan.cache_clear()  # a cached plan would not ask auto_splits again
     seen: list[int] = []
     orig = mod.auto_splits
 
@@ -430,7 +434,9 @@ def md_window(rows: list[dict], command: str, skipped: int) -> str:
 
 
 BENCH = {"gqa": (bench_gqa, md_gqa), "decode": (bench_decode, md_decode), "varlen": (bench_varlen, md_varlen),
-         "window": (bench_window, md_window)}
+         "window": (bench_window, md_window),
+         "launch": (lambda dtypes, quick, budget: bench_launch(dtypes, quick, budget, rep=DECODE_REP, log=log),
+                    lambda rows, command, skipped: md_launch(rows, command, skipped, _table))}
 
 
 def run_sections(sections, *, quick: bool, out: Path, command: str, budget: float | None = None) -> dict:

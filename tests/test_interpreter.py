@@ -279,6 +279,26 @@ def test_dot_exact(dtype: torch.dtype) -> None:
     assert torch.equal(c.cpu().double(), a.double() @ b.double())
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_dot_row_bits_do_not_depend_on_the_tile(dtype: torch.dtype) -> None:
+    """A row of a @ b has the same bits in a 32-row tile, in a 16-row tile of other rows and with
+    the rows permuted. np.matmul (BLAS) broke this on an AVX2 CPU: the bit-identity properties
+    (query permutation, block_m) then failed a correct kernel."""
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(32, 32, generator=g).to(dtype)
+    b = torch.randn(32, 16, generator=g).to(dtype)
+
+    def dot(rows: torch.Tensor) -> torch.Tensor:
+        c = torch.empty(rows.shape[0], 16, dtype=torch.float32, device=DEVICE)
+        _dot_kernel[(1,)](rows.contiguous().to(DEVICE), b.to(DEVICE), c, M=rows.shape[0], K=32, N=16)
+        return c.cpu()
+
+    full = dot(a)
+    perm = torch.randperm(32, generator=g)
+    assert_same_bits(dot(a[perm]), full[perm], "rows permuted")
+    assert_same_bits(dot(a[perm[:16]]), full[perm[:16]], "16 of the rows")
+
+
 # ---- a naive external softmax on adversarial bf16 rows -----------------------------------------
 
 def adversarial_bf16_rows() -> torch.Tensor:

@@ -1,0 +1,107 @@
+"""The `launch` section of `python -m flashcheck.reports.bench_attention_features`: where a
+decode call's time goes, the host (Python and the launch) or the GPU.
+
+A decode step moves a few MB; its kernel runs for tens of microseconds, about as long as the host
+takes to validate the arguments and launch it. `triton.testing.do_bench` times a call from an event
+recorded before it to one after it, so when the host is the slower side the host's time shows up
+in the decode table. This section times three things per callable, in one run:
+
+- host: wall time per call of 500 calls issued back to back, measured before synchronising (the
+  GPU queue does not fill at this length, so the host never waits on the GPU);
+- GPU: time per call of a CUDA graph holding 10 calls, replayed (no host work at all);
+- do_bench: the decode table's measure (L2 flushed before each call).
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .bench_attention import _bench, _sdpa
+
+DEV = "cuda"
+LAUNCH = (4, 32, 128, 1024)  # B, Hq, D, N: a short cache, where the host matters most
+LAUNCH_KV = (32, 8)
+HOST_CALLS, GRAPH_CALLS, GRAPH_REPLAYS = 500, 10, 20
+
+
+def host_us(fn) -> float:
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(HOST_CALLS):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / HOST_CALLS * 1e6
+
+
+def graph_us(fn) -> float | None:
+    """GPU time per call from a replayed CUDA graph; None when fn cannot be captured."""
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(GRAPH_CALLS):
+                fn()
+    except Exception:  # noqa: BLE001  (a backend that refuses capture: reported as '-')
+        return None
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(GRAPH_REPLAYS):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / (GRAPH_REPLAYS * GRAPH_CALLS)
+
+
+def bench_launch(dtypes, quick: bool, budget, *, rep: int, log) -> list[dict]:
+    from torch.nn.attention import SDPBackend
+
+    from flashcheck.kernels.attention import attention
+
+    b, hq, d, n = LAUNCH
+    rows = []
+    for hkv in LAUNCH_KV[:1] if quick else LAUNCH_KV:
+        if not budget.case("launch"):
+            continue
+        g = torch.Generator(device=DEV).manual_seed(0)
+        q = torch.randn(b, hq, 1, d, device=DEV, dtype=dtypes[0], generator=g)
+        k, v = (torch.randn(b, hkv, n, d, device=DEV, dtype=dtypes[0], generator=g) for _ in range(2))
+        fns = {"ours, split 1": lambda: attention(q, k, v),
+               "ours, auto": lambda: attention(q, k, v, num_splits=0)}
+        for name, be in (("SDPA flash", SDPBackend.FLASH_ATTENTION), ("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION)):
+            fn = _sdpa(be, q, k, v, False, enable_gqa=True)
+            try:
+                fn()
+            except RuntimeError:
+                continue
+            fns[name] = fn
+        for name, fn in fns.items():
+            row = {"dtype": str(dtypes[0]).removeprefix("torch."), "hkv": hkv, "name": name, "host_us": host_us(fn),
+                   "graph_us": graph_us(fn), "do_bench_us": _bench(fn, rep) * 1e3}
+            rows.append(row)
+            log(f"launch Hkv {hkv} {name}: {row}")
+    return rows
+
+
+def md_launch(rows: list[dict], command: str, skipped: int, table) -> str:
+    b, hq, d, n = LAUNCH
+    intro = (f"Decode, B {b}, Hq {hq}, D {d}, N {n}, times in us per call. `host`: wall time per call of "
+             f"{HOST_CALLS} calls issued back to back (before synchronising); `GPU`: a CUDA graph of "
+             f"{GRAPH_CALLS} calls replayed ('-': the call cannot be captured); `do_bench`: the decode table's "
+             "measure. Where host > GPU the call is bound by the host (argument checks, Python, the launch), "
+             "and do_bench shows part of the host's time.")
+    head = ["dtype", "Hq / Hkv", "call", "host", "GPU", "do_bench", "host / GPU"]
+    fmt = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
+    out = [[r["dtype"], f"{hq} / {r['hkv']}", r["name"], fmt(r["host_us"]), fmt(r["graph_us"]), fmt(r["do_bench_us"]),
+            "-" if not r["graph_us"] else f"{r['host_us'] / r['graph_us']:.1f}"] for r in rows]
+    return table("Launch: host time against GPU time (decode)", command, intro, head, out, skipped)
