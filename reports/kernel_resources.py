@@ -1,11 +1,15 @@
 """`python -m flashcheck.reports.kernel_resources`: registers, spills and shared memory of the
-production attention kernel's main variants, compiled for Hopper (sm_90) with no GPU at all.
+production kernels' main variants, compiled for Hopper (sm_90) with no GPU at all: the attention
+kernel at the launcher's GPU tiles, and the long-row softmax kernels (online, split stats, split
+normalize) at the dispatcher's configuration and at other `num_warps`, which leave their bits
+unchanged (the lane count decides the summation; kernels/softmax.py).
 
 Triton compiles to a cubin without a device. ptxas and cuobjdump ship with Triton's NVIDIA backend,
-so on a CPU machine this reads what the GPU will run. Every variant's launch arguments come from the
-real launcher (`kernels.attention_plan.launch_plan`, the GPU tile table), and each argument is
-specialised as Triton 3.6's JIT specialises it at launch: an int equal to 1 becomes a constant, a
-multiple of 16 is marked divisible unless the kernel opts out, and pointers are 16-byte aligned.
+so on a CPU machine this reads what the GPU will run. Launch arguments come from the real
+launchers' configuration (`kernels.attention_plan.launch_plan`, `kernels.softmax.split_config`,
+`online_config`), and each argument is specialised as Triton 3.6's JIT specialises it at launch:
+an int equal to 1 becomes a constant, a multiple of 16 is marked divisible unless the kernel opts
+out, and pointers are 16-byte aligned.
 
 Why it exists: on an H200 the attention kernel lost 30% of its prefill speed with its output bits
 unchanged (reports/attention_bench.md). The cause was registers: 210 instead of 103 for the fp16 D64
@@ -25,20 +29,19 @@ import tempfile
 
 PROG = "python -m flashcheck.reports.kernel_resources"
 SHAPE = (4, 16, 4096)  # B, H, S: contiguous (B, H, S, D) tensors, as the benches use
-CASES = {f"{dt} D{d}{' causal' if c else ''}": (dt, d, c)
+CASES = {f"attention {dt} D{d}{' causal' if c else ''}": ("attention", dt, d, c)
          for dt in ("fp16", "bf16", "fp32") for d in (64, 128) for c in (False, True)}
+SOFTMAX_N = 262144  # a long row: the split-row dispatch's shapes
+SOFTMAX_WARPS = (None, 8, 16)  # None: the configuration's own
+CASES.update({f"softmax {k} {dt}{'' if w is None else f' warps={w}'}": ("softmax", dt, k, w)
+              for k in ("online", "split_stats", "split_normalize") for dt in ("fp16", "fp32") for w in SOFTMAX_WARPS})
 REGS_PER_SM, SMEM_PER_SM = 65536, 233472  # Hopper: 64K 32-bit registers, 228 KiB shared memory per SM
 _PTR = {"fp16": "*fp16", "bf16": "*bf16", "fp32": "*fp32"}
 
 
-def _args(plan, dtype_name: str, fn) -> tuple[dict, dict, dict]:
-    """Triton's (signature, constexprs, attrs) for `_attn_fwd_kernel` launched with `plan` on
-    contiguous tensors of this dtype, no mask, no lse, no split (the launcher's stand-ins)."""
-    ptr = _PTR[dtype_name]
-    # q, k, v, o, lse (o's stand-in), kv_lens, cu_q, cu_k (int32 stand-ins), mask, m, l, l32 (o's)
-    pointers = [ptr] * 5 + ["*i32"] * 3 + [ptr] * 4
-    values = dict(zip((p.name for p in fn.params), [*pointers, *plan.args]))
-    values.update({k: v for k, v in plan.meta.items() if k != "num_warps"})
+def _signature(fn, values: dict) -> tuple[dict, dict, dict]:
+    """Triton's (signature, constexprs, attrs) for `fn` launched with `values` (pointers given as
+    their Triton type, e.g. "*fp16"), specialised as the JIT does."""
     sig, consts, attrs = {}, {}, {}
     for p in fn.params:
         v = values[p.name]
@@ -61,6 +64,59 @@ def _args(plan, dtype_name: str, fn) -> tuple[dict, dict, dict]:
     return sig, consts, attrs
 
 
+def _attention_launch(dt: str, d: int, causal: bool):
+    """(kernel, argument values, num_warps, num_stages, tile) of the attention launcher for
+    contiguous (B, H, S, d) tensors, no mask, lse or split (the launcher's stand-ins)."""
+    import importlib
+
+    import torch
+
+    attn = importlib.import_module("flashcheck.kernels.attention")
+    plan_of = importlib.import_module("flashcheck.kernels.attention_plan").launch_plan
+    b, h, s = SHAPE
+    shape, stride = torch.Size((b, h, s, d)), (h * s * d, s * d, d, 1)
+    plan = plan_of(_TORCH[dt](), shape, stride, shape, stride, shape, stride, shape, stride, None, None,
+                   batch=b, m_max=s, n_max=s, varlen=False, causal=causal, scale=None, has_kv_lens=False,
+                   window=(-1, -1), softcap=0.0, causal_align="top_left", return_lse=False, num_splits=1,
+                   pack_gqa=None, block_m=None, block_n=None, num_warps=None, num_stages=None, rowsum_fp32=False)
+    fn = attn._attn_fwd_kernel
+    # q, k, v, o, lse (o's stand-in), kv_lens, cu_q, cu_k (int32 stand-ins), mask, m, l, l32 (o's)
+    pointers = [_PTR[dt]] * 5 + ["*i32"] * 3 + [_PTR[dt]] * 4
+    values = dict(zip((p.name for p in fn.params), [*pointers, *plan.args]))
+    values.update({k: v for k, v in plan.meta.items() if k != "num_warps"})
+    cfg = plan.cfg
+    return fn, values, cfg.num_warps, cfg.num_stages, f"{cfg.block_m}, {cfg.block_n}"
+
+
+def _softmax_launch(dt: str, kernel: str, warps: int | None):
+    """(kernel, argument values, num_warps, num_stages, block) of one long-row softmax kernel for a
+    contiguous (M, SOFTMAX_N) input, as softmax_online / softmax_split launch it."""
+    import importlib
+
+    sm = importlib.import_module("flashcheck.kernels.softmax")
+    n, ptr = SOFTMAX_N, _PTR[dt]
+    by16 = dict(N=n // 16, sxm=n // 16, sym=n // 16, sxn=1, syn=1, MUL=16, X_BITS=False, Y_BITS=False)
+    if kernel == "online":
+        cfg = sm.online_config(n, _TORCH[dt]())
+        fn, block, nw = sm._softmax_online_kernel, cfg.block, cfg.num_warps
+        values = dict(by16, x_ptr=ptr, y_ptr=ptr, BLOCK=block, LOG2B=block.bit_length() - 1)
+    else:
+        cfg = sm.split_config(n, _TORCH[dt]())
+        block, nw, nb = cfg.block, cfg.num_warps, cfg.n_blocks(n)
+        common = dict(by16, x_ptr=ptr, NB=nb, BLOCK=block, ITERS=cfg.iters)
+        if kernel == "split_stats":
+            fn = sm._split_stats_kernel
+            values = dict(common, ws_m="*fp32", ws_l="*fp32", LOG2B=block.bit_length() - 1)
+        else:
+            fn = sm._split_normalize_kernel
+            values = dict(common, y_ptr=ptr, row_m="*fp32", row_l="*fp32")
+    return fn, values, warps or nw, 3, str(block)
+
+
+_TORCH = {"fp16": lambda: __import__("torch").float16, "bf16": lambda: __import__("torch").bfloat16,
+          "fp32": lambda: __import__("torch").float32}
+
+
 def _usage(cubin: bytes) -> dict:
     """Registers, stack (spill) bytes and static shared memory from cuobjdump's resource line."""
     import triton
@@ -77,44 +133,34 @@ def _usage(cubin: bytes) -> dict:
 
 def measure(names) -> list[dict]:
     """In a process with the interpreter off: compile each case and read its resources."""
-    import importlib
-
-    import torch
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    attn = importlib.import_module("flashcheck.kernels.attention")
-    plan_of = importlib.import_module("flashcheck.kernels.attention_plan").launch_plan
-    dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
     rows = []
     for name in names:
-        dt, d, causal = CASES[name]
-        b, h, s = SHAPE
-        shape, stride = torch.Size((b, h, s, d)), (h * s * d, s * d, d, 1)
-        plan = plan_of(dtypes[dt], shape, stride, shape, stride, shape, stride, shape, stride, None, None,
-                       batch=b, m_max=s, n_max=s, varlen=False, causal=causal, scale=None, has_kv_lens=False,
-                       window=(-1, -1), softcap=0.0, causal_align="top_left", return_lse=False, num_splits=1,
-                       pack_gqa=None, block_m=None, block_n=None, num_warps=None, num_stages=None, rowsum_fp32=False)
-        sig, consts, attrs = _args(plan, dt, attn._attn_fwd_kernel)
-        cfg = plan.cfg
-        kernel = triton.compile(ASTSource(attn._attn_fwd_kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                                options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
+        family, dt, *rest = CASES[name]
+        fn, values, warps, stages, tile = (_attention_launch(dt, *rest) if family == "attention"
+                                           else _softmax_launch(dt, *rest))
+        kernel = triton.compile(ASTSource(fn, *_signature(fn, values)), target=GPUTarget("cuda", 90, 32),
+                                options=dict(num_warps=warps, num_stages=stages))
         use = _usage(kernel.asm["cubin"])
-        threads = 32 * cfg.num_warps
+        threads = 32 * warps
         smem = kernel.metadata.shared
         by_regs = REGS_PER_SM // (max(use["regs"], 1) * threads)
         by_smem = SMEM_PER_SM // smem if smem else by_regs
-        rows.append({"case": name, "tile": (cfg.block_m, cfg.block_n), "warps": cfg.num_warps,
-                     "stages": cfg.num_stages, **use, "shared": smem, "ctas_per_sm": min(by_regs, by_smem)})
+        rows.append({"case": name, "kernel": fn.__name__, "tile": tile, "warps": warps, "stages": stages, **use,
+                     "shared": smem, "ctas_per_sm": min(by_regs, by_smem)})
     return rows
 
 
 def to_markdown(rows: list[dict]) -> str:
-    head = "| case | tile (M, N) | warps | stages | registers | spill stack (bytes) | shared (bytes) | CTAs per SM (est.) |"
-    lines = [head, "|---|---|---:|---:|---:|---:|---:|---:|"]
-    lines += [f"| {r['case']} | {r['tile'][0]}, {r['tile'][1]} | {r['warps']} | {r['stages']} | {r['regs']} | "
-              f"{r['stack']} | {r['shared']} | {r['ctas_per_sm']} |" for r in rows]
+    head = ("| case | kernel | tile | warps | stages | registers | spill stack (bytes) | shared (bytes) "
+            "| CTAs per SM (est.) | warps per SM (est.) |")
+    lines = [head, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['case']} | `{r['kernel']}` | {r['tile']} | {r['warps']} | {r['stages']} | {r['regs']} | "
+              f"{r['stack']} | {r['shared']} | {r['ctas_per_sm']} | {min(64, r['ctas_per_sm'] * r['warps'])} |"
+              for r in rows]
     return "\n".join(lines) + "\n"
 
 
