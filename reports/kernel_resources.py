@@ -36,7 +36,7 @@ SOFTMAX_WARPS = (None, 8, 16)  # None: the configuration's own
 CASES.update({f"softmax {k} {dt}{'' if w is None else f' warps={w}'}": ("softmax", dt, k, w)
               for k in ("online", "split_stats", "split_normalize") for dt in ("fp16", "fp32") for w in SOFTMAX_WARPS})
 REGS_PER_SM, SMEM_PER_SM = 65536, 233472  # Hopper: 64K 32-bit registers, 228 KiB shared memory per SM
-_PTR = {"fp16": "*fp16", "bf16": "*bf16", "fp32": "*fp32"}
+_TORCH_NAMES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}  # Triton's dtype names to torch's
 
 
 def _signature(fn, values: dict) -> tuple[dict, dict, dict]:
@@ -75,13 +75,13 @@ def _attention_launch(dt: str, d: int, causal: bool):
     plan_of = importlib.import_module("flashcheck.kernels.attention_plan").launch_plan
     b, h, s = SHAPE
     shape, stride = torch.Size((b, h, s, d)), (h * s * d, s * d, d, 1)
-    plan = plan_of(_TORCH[dt](), shape, stride, shape, stride, shape, stride, shape, stride, None, None,
+    plan = plan_of(_dtype(dt), shape, stride, shape, stride, shape, stride, shape, stride, None, None,
                    batch=b, m_max=s, n_max=s, varlen=False, causal=causal, scale=None, has_kv_lens=False,
                    window=(-1, -1), softcap=0.0, causal_align="top_left", return_lse=False, num_splits=1,
                    pack_gqa=None, block_m=None, block_n=None, num_warps=None, num_stages=None, rowsum_fp32=False)
     fn = attn._attn_fwd_kernel
     # q, k, v, o, lse (o's stand-in), kv_lens, cu_q, cu_k (int32 stand-ins), mask, m, l, l32 (o's)
-    pointers = [_PTR[dt]] * 5 + ["*i32"] * 3 + [_PTR[dt]] * 4
+    pointers = [f"*{dt}"] * 5 + ["*i32"] * 3 + [f"*{dt}"] * 4
     values = dict(zip((p.name for p in fn.params), [*pointers, *plan.args]))
     values.update({k: v for k, v in plan.meta.items() if k != "num_warps"})
     cfg = plan.cfg
@@ -94,14 +94,14 @@ def _softmax_launch(dt: str, kernel: str, warps: int | None):
     import importlib
 
     sm = importlib.import_module("flashcheck.kernels.softmax")
-    n, ptr = SOFTMAX_N, _PTR[dt]
+    n, ptr = SOFTMAX_N, f"*{dt}"
     by16 = dict(N=n // 16, sxm=n // 16, sym=n // 16, sxn=1, syn=1, MUL=16, X_BITS=False, Y_BITS=False)
     if kernel == "online":
-        cfg = sm.online_config(n, _TORCH[dt]())
+        cfg = sm.online_config(n, _dtype(dt))
         fn, block, nw = sm._softmax_online_kernel, cfg.block, cfg.num_warps
         values = dict(by16, x_ptr=ptr, y_ptr=ptr, BLOCK=block, LOG2B=block.bit_length() - 1)
     else:
-        cfg = sm.split_config(n, _TORCH[dt]())
+        cfg = sm.split_config(n, _dtype(dt))
         block, nw, nb = cfg.block, cfg.num_warps, cfg.n_blocks(n)
         common = dict(by16, x_ptr=ptr, NB=nb, BLOCK=block, ITERS=cfg.iters)
         if kernel == "split_stats":
@@ -113,8 +113,10 @@ def _softmax_launch(dt: str, kernel: str, warps: int | None):
     return fn, values, warps or nw, 3, str(block)
 
 
-_TORCH = {"fp16": lambda: __import__("torch").float16, "bf16": lambda: __import__("torch").bfloat16,
-          "fp32": lambda: __import__("torch").float32}
+def _dtype(dt: str):
+    import torch
+
+    return getattr(torch, _TORCH_NAMES[dt])
 
 
 def _usage(cubin: bytes) -> dict:
