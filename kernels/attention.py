@@ -38,7 +38,8 @@ Arithmetic (the error model of `oracles.bounds.attention_error_bound`):
   exp2(-inf - -inf) never happens. Only key blocks some row of the tile can see are visited
   (windows and causal skip the rest); blocks every row sees entirely skip the masks.
 - P is rounded to the 16-bit input dtype before P @ V for fp16/bf16 (P fp32 for fp32 inputs), and
-  the row sum l is accumulated from that rounded P: the output is then an exact convex
+  the row sum l is accumulated from that rounded P (by tl.sum, or where attention_config's
+  _ROWSUM_DOT says so by P @ ones on the tensor cores): the output is then an exact convex
   combination of V rows with the rounded weights, up to fp32 accumulation (V of all ones gives
   exactly 1 in fp16/bf16), and the P rounding error is u16 * sum_j p_j |v_j - o|. The lse uses a
   second row sum of the unrounded P (only when asked): lse = (m + log2 l32) ln 2.
@@ -122,25 +123,39 @@ def _load_tile(ptrs, mask, HAS_MASK: tl.constexpr, BF16_BITS: tl.constexpr):
 @triton.jit
 def _attn_block(
     acc, l_i, l32, m_i, q, k_ptrs, v_ptrs, mask_ptrs, start_n, skn, svn, smn,
-    pos_m, row_ok, offs_n, n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out,
-    MASKED: tl.constexpr, SOFTCAP: tl.constexpr,
+    pos_m, row_ok, offs_n, n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out, ones,
+    EDGE: tl.constexpr, TAIL: tl.constexpr, SOFTCAP: tl.constexpr,
     MASK_KIND: tl.constexpr, MASK_BF16_BITS: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
     BF16_BITS: tl.constexpr, IS_FP32: tl.constexpr, ROWSUM_P32: tl.constexpr, RETURN_LSE: tl.constexpr,
+    ROWSUM_DOT: tl.constexpr,
 ):
-    """One key block of the online softmax. MASKED: the block holds keys past kv_len/N or keys
-    some row of the tile does not see (window/causal edges, attn_mask); unmasked blocks skip the
-    key masks entirely. Row i sees key j iff j < n_valid, pos_i + lo_off <= j <= pos_i + hi_off
-    (an absent window edge is an offset past every key) and attn_mask allows it."""
+    """One key block of the online softmax. TAIL: the block may hold keys past kv_len/N (their
+    loads are masked); EDGE: some row of the tile may not see some of its keys (window/causal
+    edges, attn_mask), so scores are masked; a block with neither skips every key mask. Row i
+    sees key j iff j < n_valid, pos_i + lo_off <= j <= pos_i + hi_off (an absent window edge is
+    an offset past every key) and attn_mask allows it. A causal diagonal block inside n_valid is
+    EDGE only: its loads stay unmasked (full vector width)."""
+    MASKED: tl.constexpr = EDGE or TAIL
     cols = start_n + offs_n
-    if MASKED:
+    # With EVEN_D/EVEN_DV every head-dim lane exists: leave d_mask out of the load masks. D is a
+    # runtime value, so a mask built from it has no known constancy along the contiguous head
+    # dim and the masked loads lose their vector width: ptxas then gave the D64 fp16 kernel 199
+    # registers instead of 128 (one CTA per SM instead of two).
+    if TAIL:
         key_ok = cols < n_valid
-        kmask = key_ok[None, :] & d_mask[:, None]
-        vmask = key_ok[:, None] & dv_mask[None, :]
+        if EVEN_D:
+            kmask = key_ok[None, :]
+        else:
+            kmask = key_ok[None, :] & d_mask[:, None]
+        if EVEN_DV:
+            vmask = key_ok[:, None]
+        else:
+            vmask = key_ok[:, None] & dv_mask[None, :]
     else:
         kmask = d_mask[:, None]
         vmask = dv_mask[None, :]
     # K^T tile (BLOCK_D, BLOCK_N): hidden key lanes read 0, never the stored (maybe NaN) data.
-    kt = _load_tile(k_ptrs + tl.cast(start_n, tl.int64) * skn, kmask, MASKED or not EVEN_D, BF16_BITS)
+    kt = _load_tile(k_ptrs + tl.cast(start_n, tl.int64) * skn, kmask, TAIL or not EVEN_D, BF16_BITS)
     if IS_FP32:
         s = tl.dot(q, kt, input_precision="ieee")
     else:
@@ -150,18 +165,21 @@ def _attn_block(
     else:
         s = s * qk_scale  # log2 units (natural with a float mask: the launcher's qk_scale)
     if MASK_KIND == 2:  # additive bias, after scale and softcap, in natural units (module doc)
-        if MASKED:
+        if TAIL:
             bmask = row_ok[:, None] & key_ok[None, :]
         else:
             bmask = row_ok[:, None]
         bias = load_f32_zero(mask_ptrs + tl.cast(start_n, tl.int64) * smn, bmask, MASK_BF16_BITS)
         s = s + bias
     if MASKED:
-        vis = (cols < n_valid)[None, :] & (cols[None, :] >= pos_m[:, None] + lo_off) \
-            & (cols[None, :] <= pos_m[:, None] + hi_off)
+        vis = (cols[None, :] >= pos_m[:, None] + lo_off) & (cols[None, :] <= pos_m[:, None] + hi_off)
+        if TAIL:
+            vis = vis & key_ok[None, :]
+            keep_ok = row_ok[:, None] & key_ok[None, :]
+        else:
+            keep_ok = row_ok[:, None]
         if MASK_KIND == 1:
-            keep = tl.load(mask_ptrs + tl.cast(start_n, tl.int64) * smn, mask=row_ok[:, None] & key_ok[None, :],
-                           other=0)
+            keep = tl.load(mask_ptrs + tl.cast(start_n, tl.int64) * smn, mask=keep_ok, other=0)
             vis = vis & (keep != 0)
         s = tl.where(vis, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -174,7 +192,7 @@ def _attn_block(
     else:
         alpha = tl.math.exp2(m_i - m_ref)
         p = tl.math.exp2(s - m_ref[:, None])
-    v = _load_tile(v_ptrs + tl.cast(start_n, tl.int64) * svn, vmask, MASKED or not EVEN_DV, BF16_BITS)
+    v = _load_tile(v_ptrs + tl.cast(start_n, tl.int64) * svn, vmask, TAIL or not EVEN_DV, BF16_BITS)
     if IS_FP32:
         pv_in = p
         p_sum = p
@@ -187,7 +205,10 @@ def _attn_block(
         p_sum = pv_in.to(tl.float32)
     if ROWSUM_P32:  # FlashAttention's convention: the row sum of the unrounded P (benchmarks only)
         p_sum = p
-    l_i = l_i * alpha + tl.sum(p_sum, 1)
+    if ROWSUM_DOT:
+        l_i = tl.dot(pv_in, ones, l_i * alpha[:, None])
+    else:
+        l_i = l_i * alpha + tl.sum(p_sum, 1)
     if RETURN_LSE:  # the log-sum-exp wants the unrounded weights
         l32 = l32 * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None]
@@ -222,7 +243,8 @@ def _attn_fwd_kernel(
     STRIDE_MUL: tl.constexpr, VARLEN: tl.constexpr, SOFTCAP: tl.constexpr, MASK_KIND: tl.constexpr,
     MASK_BF16_BITS: tl.constexpr, RETURN_LSE: tl.constexpr, SPLIT: tl.constexpr, PACK_GQA: tl.constexpr,
     BF16_BITS: tl.constexpr, IS_FP32: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
-    WIDE: tl.constexpr, ROWSUM_P32: tl.constexpr,
+    WIDE: tl.constexpr, ROWSUM_P32: tl.constexpr, LEFT_EDGE: tl.constexpr, RIGHT_EDGE: tl.constexpr,
+    KEY_TAIL: tl.constexpr, ROWSUM_DOT: tl.constexpr,
 ):
     sqb, sqh, sqm = sqb * STRIDE_MUL, sqh * STRIDE_MUL, sqm * STRIDE_MUL
     skb, skh, skn = skb * STRIDE_MUL, skh * STRIDE_MUL, skn * STRIDE_MUL
@@ -306,10 +328,19 @@ def _attn_fwd_kernel(
     mask_ptrs = mask_ptr
     if MASK_KIND != 0:
         mask_ptrs = mask_ptr + b * smb + (head_r * smh + pos_m.to(tl.int64) * smm)[:, None] + rn[None, :] * smn
-    q = _load_tile(q_ptrs, row_ok[:, None] & d_mask[None, :], True, BF16_BITS)
+    if EVEN_D:
+        q = _load_tile(q_ptrs, row_ok[:, None], True, BF16_BITS)
+    else:
+        q = _load_tile(q_ptrs, row_ok[:, None] & d_mask[None, :], True, BF16_BITS)
 
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
-    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    # ROWSUM_DOT: l as (BLOCK_M, 16) equal columns of P @ ones, summed by the instruction that
+    # sums P @ V (so V of all ones gives exactly 1); column 0 is taken after the loops.
+    ones = tl.full((BLOCK_N, 16), 1.0, q.dtype)
+    if ROWSUM_DOT:
+        l_i = tl.zeros((BLOCK_M, 16), tl.float32)
+    else:
+        l_i = tl.zeros((BLOCK_M,), tl.float32)
     l32 = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_DV), tl.float32)
 
@@ -334,26 +365,47 @@ def _attn_fwd_kernel(
     lo_b = (lo // BLOCK_N) * BLOCK_N
     e1 = tl.minimum(tl.maximum(((full_lo + BLOCK_N - 1) // BLOCK_N) * BLOCK_N, lo_b), hi)
     f2 = tl.maximum((full_hi // BLOCK_N) * BLOCK_N, e1)
-    for start_n in range(lo_b, e1, BLOCK_N):
-        acc, l_i, l32, m_i = _attn_block(
-            acc, l_i, l32, m_i, q, k_ptrs, v_ptrs, mask_ptrs, start_n, skn, svn, smn, pos_m, row_ok, offs_n,
-            n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out,
-            True, SOFTCAP, MASK_KIND, MASK_BF16_BITS, EVEN_D, EVEN_DV,
-            BF16_BITS, IS_FP32, ROWSUM_P32, RETURN_LSE)
+    # Edge blocks past the full range: those below the last whole block inside n_valid need no
+    # load masks (a causal diagonal), the rest do. Loops the launcher knows to be empty are
+    # compiled out (LEFT_EDGE: a finite left window edge; RIGHT_EDGE: causal, a finite right edge
+    # or a boolean mask; KEY_TAIL: kv_lens, varlen or N not a multiple of BLOCK_N): each loop's
+    # code costs registers (the D64 fp16 kernel: 111 with the full loop alone, 199 with a masked
+    # one beside it), and past 128 a 256-thread CTA no longer shares its SM.
+    f3 = tl.minimum(tl.maximum((n_valid // BLOCK_N) * BLOCK_N, f2), hi)
+    if LEFT_EDGE:
+        for start_n in range(lo_b, e1, BLOCK_N):
+            acc, l_i, l32, m_i = _attn_block(
+                acc, l_i, l32, m_i, q, k_ptrs, v_ptrs, mask_ptrs, start_n, skn, svn, smn, pos_m, row_ok, offs_n,
+                n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out, ones,
+                True, KEY_TAIL, SOFTCAP, MASK_KIND, MASK_BF16_BITS, EVEN_D, EVEN_DV,
+                BF16_BITS, IS_FP32, ROWSUM_P32, RETURN_LSE, ROWSUM_DOT)
     for start_n in range(e1, f2, BLOCK_N):
         acc, l_i, l32, m_i = _attn_block(
             acc, l_i, l32, m_i, q, k_ptrs, v_ptrs, mask_ptrs, start_n, skn, svn, smn, pos_m, row_ok, offs_n,
-            n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out,
-            False, SOFTCAP, MASK_KIND, MASK_BF16_BITS, EVEN_D, EVEN_DV,
-            BF16_BITS, IS_FP32, ROWSUM_P32, RETURN_LSE)
-    for start_n in range(f2, hi, BLOCK_N):
-        acc, l_i, l32, m_i = _attn_block(
-            acc, l_i, l32, m_i, q, k_ptrs, v_ptrs, mask_ptrs, start_n, skn, svn, smn, pos_m, row_ok, offs_n,
-            n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out,
-            True, SOFTCAP, MASK_KIND, MASK_BF16_BITS, EVEN_D, EVEN_DV,
-            BF16_BITS, IS_FP32, ROWSUM_P32, RETURN_LSE)
+            n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out, ones,
+            False, False, SOFTCAP, MASK_KIND, MASK_BF16_BITS, EVEN_D, EVEN_DV,
+            BF16_BITS, IS_FP32, ROWSUM_P32, RETURN_LSE, ROWSUM_DOT)
+    if RIGHT_EDGE:
+        for start_n in range(f2, f3, BLOCK_N):
+            acc, l_i, l32, m_i = _attn_block(
+                acc, l_i, l32, m_i, q, k_ptrs, v_ptrs, mask_ptrs, start_n, skn, svn, smn, pos_m, row_ok, offs_n,
+                n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out, ones,
+                True, False, SOFTCAP, MASK_KIND, MASK_BF16_BITS, EVEN_D, EVEN_DV,
+                BF16_BITS, IS_FP32, ROWSUM_P32, RETURN_LSE, ROWSUM_DOT)
+    if KEY_TAIL:
+        for start_n in range(f3, hi, BLOCK_N):
+            acc, l_i, l32, m_i = _attn_block(
+                acc, l_i, l32, m_i, q, k_ptrs, v_ptrs, mask_ptrs, start_n, skn, svn, smn, pos_m, row_ok, offs_n,
+                n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out, ones,
+                True, True, SOFTCAP, MASK_KIND, MASK_BF16_BITS, EVEN_D, EVEN_DV,
+                BF16_BITS, IS_FP32, ROWSUM_P32, RETURN_LSE, ROWSUM_DOT)
 
-    o_mask = row_ok[:, None] & dv_mask[None, :]
+    if ROWSUM_DOT:
+        l_i = tl.sum(tl.where(tl.arange(0, 16)[None, :] == 0, l_i, 0.0), 1)
+    if EVEN_DV:
+        o_mask = row_ok[:, None]
+    else:
+        o_mask = row_ok[:, None] & dv_mask[None, :]
     lse_rows = b * slb + head_r * slh + (q0 + pos_m.to(tl.int64)) * slm
     if SPLIT:
         # The partial state (acc, m, l) of this split, unnormalised, fp32; the merge kernel

@@ -18,6 +18,7 @@ class AttnConfig:
     num_warps: int
     num_stages: int
     block_dv: int = 0  # 0: the same as block_d
+    rowsum_dot: bool = False  # l from the rounded P on the tensor cores (P @ ones), not tl.sum
 
 
 # GPU table keyed on (dtype, padded head dim): (BLOCK_M, BLOCK_N, num_warps, num_stages), from
@@ -39,17 +40,31 @@ _GPU_TABLE = {
     torch.float32: {16: (64, 32, 4, 2), 32: (64, 32, 4, 2), 64: (64, 32, 4, 2), 128: (32, 32, 4, 2),
                     256: (32, 16, 8, 1)},
 }
+# Kernels that compile an edge loop (causal, a window, a boolean mask: kernels/attention.py) carry
+# a second copy of the block's code and its registers: fp16 D64 causal ran at 310 TFLOP/s with
+# (64, 64, 4, 3) against 241 with the table's (128, 64, 8, 3) (H200, B4 H16 S4096; one run).
+_GPU_EDGED = {(torch.float16, 64): (64, 64, 4, 3)}
+# Where the row sum l of the rounded P goes through the tensor cores (P @ ones beside P @ V)
+# instead of tl.sum over P widened back to fp32: V of all ones stays exactly 1 either way (the
+# same products summed by the same instruction as P @ V), and the bound is unchanged (docs/
+# NUMERICS.md section 3.5, part 3). The widening costs bf16 a convert per weight: on an H200
+# (B4 H16 S4096, one run) bf16 D64 went 321 -> 375 TFLOP/s (causal 285 -> 316), D128 400 -> 449;
+# fp16 gained nothing (387 -> 387), and D128 with an edge loop lost (fp16 370 -> 319, bf16 333
+# -> 318): its third dot in two loops costs registers. Keyed (dtype, padded head dim, edged).
+_ROWSUM_DOT = {(torch.bfloat16, 64, False), (torch.bfloat16, 64, True), (torch.bfloat16, 128, False)}
 _INTERPRET_BLOCK = 32  # the interpreter's cost is per operation: few, large blocks
 _INTERPRET_LONG = (1024, 128)  # from this many keys on, 128-key blocks (the long-row cases stay cheap)
 # Decode tiles (packed GQA rows, few of them): a short M tile, keys in wide blocks.
 _DECODE_BLOCK_M = 16
 
 
-def attn_config(d: int, dtype: torch.dtype, *, dv: int | None = None, n: int = 0, block_m: int | None = None,
-                block_n: int | None = None, num_warps: int | None = None,
+def attn_config(d: int, dtype: torch.dtype, *, dv: int | None = None, n: int = 0, edged: bool = False,
+                block_m: int | None = None, block_n: int | None = None, num_warps: int | None = None,
                 num_stages: int | None = None) -> AttnConfig:
-    """Block sizes for head dims d (q, k) and dv (v, default d), key length n and dtype; keyword
-    overrides win (powers of two >= 16)."""
+    """Block sizes for head dims d (q, k) and dv (v, default d), key length n, dtype and whether
+    the kernel compiles an edge loop (edged); keyword overrides win (powers of two >= 16). The
+    row-sum method follows (dtype, head dim, edged) alone, never a tile override, so the launch
+    knobs keep the bits (KernelSpec.configs); the interpreter takes the GPU's method."""
     # One width for the Q/K and the V tiles (the wider of the two, the narrower head masked): on
     # Hopper, Triton 3.6 miscompiles the P @ V dot of a bf16 (64, 64) tile with a V tile narrower
     # than K's (D 40 -> 64, Dv 24 -> 32): compute-sanitizer reports an out-of-bounds shared-memory
@@ -59,8 +74,10 @@ def attn_config(d: int, dtype: torch.dtype, *, dv: int | None = None, n: int = 0
         bn = _INTERPRET_LONG[1] if n >= _INTERPRET_LONG[0] else _INTERPRET_BLOCK
         bm, w, st = _INTERPRET_BLOCK, 4, 1
     else:
-        bm, bn, w, st = _GPU_TABLE[dtype][max(bd, bdv)]
-    cfg = AttnConfig(block_m or bm, block_n or bn, bd, num_warps or w, num_stages or st, bdv)
+        tile = _GPU_EDGED.get((dtype, max(bd, bdv))) if edged else None
+        bm, bn, w, st = tile or _GPU_TABLE[dtype][max(bd, bdv)]
+    dot = (dtype, max(bd, bdv), edged) in _ROWSUM_DOT
+    cfg = AttnConfig(block_m or bm, block_n or bn, bd, num_warps or w, num_stages or st, bdv, dot)
     for name in ("block_m", "block_n"):
         val = getattr(cfg, name)
         if val < 16 or val & (val - 1):

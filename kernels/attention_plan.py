@@ -67,7 +67,9 @@ def launch_plan(dtype: torch.dtype, q_shape, q_stride, k_shape, k_stride, v_shap
     # spends 128x the tensor-core and exp2 work on padding, which made an ungrouped decode
     # (Hq = Hkv) compute-bound on an H200 (0.67-0.77 of copy; 0.96-1.04 with the 16-row tile).
     decode_tile = (pack or short) and not INTERPRET
-    cfg = attn_config(D, dtype, dv=Dv, n=n_max, block_m=block_m or (_DECODE_BLOCK_M if decode_tile else None),
+    mask_kind = 0 if mask is None else (1 if mask[0] == torch.bool else 2)
+    edged = left >= 0 or right >= 0 or mask_kind == 1  # the kernel compiles an edge loop
+    cfg = attn_config(D, dtype, dv=Dv, n=n_max, edged=edged, block_m=block_m or (_DECODE_BLOCK_M if decode_tile else None),
                       block_n=block_n, num_warps=num_warps, num_stages=num_stages)
     m_tiles = triton.cdiv(rows, cfg.block_m)
     heads = Hkv if pack else Hq
@@ -80,7 +82,6 @@ def launch_plan(dtype: torch.dtype, q_shape, q_stride, k_shape, k_stride, v_shap
     sc = effective_scale(scale, D)
     cap = effective_softcap(softcap)
     mask_dtype, mask_stride = mask if mask is not None else (None, (0, 0, 0, 0))
-    mask_kind = 0 if mask is None else (1 if mask_dtype == torch.bool else 2)
     unit = 1.0 if mask_kind == 2 else LOG2E  # a float mask: natural units (kernels/attention.py)
     qk_scale = float(np.float32(sc * unit))
     cap_in = float(np.float32(sc / cap)) if cap > 0 else 1.0
@@ -104,7 +105,9 @@ def launch_plan(dtype: torch.dtype, q_shape, q_stride, k_shape, k_stride, v_shap
         SPLIT=splits > 1, PACK_GQA=pack, BF16_BITS=bf16_as_bits(dtype), IS_FP32=dtype == torch.float32,
         EVEN_D=cfg.block_d == D, EVEN_DV=cfg.block_dv == Dv,
         WIDE=_wide(cfg, q_stride, k_stride, v_stride, o_stride, *((mask_stride,) if mask is not None else ())),
-        ROWSUM_P32=rowsum_fp32, num_warps=cfg.num_warps,
+        ROWSUM_P32=rowsum_fp32, LEFT_EDGE=left >= 0, RIGHT_EDGE=right >= 0 or mask_kind == 1,
+        KEY_TAIL=has_kv_lens or varlen or n_max % cfg.block_n != 0,
+        ROWSUM_DOT=cfg.rowsum_dot and not rowsum_fp32, num_warps=cfg.num_warps,
     )
     args = (*strides, *mask_stride, *ls, *ps,
             Hq, Hkv, group, m_max, n_max, D, Dv, qk_scale, cap_in, cap_out,

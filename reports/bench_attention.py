@@ -33,6 +33,7 @@ SHAPES = [(4, 16, 4096, 64), (4, 16, 4096, 128), (2, 16, 16384, 128)]
 DTYPES = [torch.float16, torch.bfloat16]
 SWEEP = [  # (block_m, block_n, num_warps, num_stages, rowsum of the fp32 P as FlashAttention)
     (128, 64, 8, 3, False), (128, 64, 8, 4, False), (64, 64, 4, 3, False), (128, 128, 8, 3, False),
+    (128, 128, 8, 2, False), (64, 128, 4, 3, False), (128, 64, 4, 3, False),
     (128, 64, 8, 3, True), (128, 128, 8, 3, True),
 ]
 

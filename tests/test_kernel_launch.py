@@ -52,3 +52,23 @@ def test_grid_limit_is_a_clear_error() -> None:
     q = torch.zeros(65536, 1, 1, 16, device=A.DEVICE)
     with pytest.raises(ValueError, match="grid limit"):
         A.attention(q, q, q)
+
+
+def test_edged_tiles_keep_the_key_blocking() -> None:
+    # The error bound takes block_n from the default launch without knowing whether the kernel
+    # compiles an edge loop (kernels/specs.py:_attention_blocking): a tile for edged kernels may
+    # change rows and warps, never the key blocking.
+    C = importlib.import_module("flashcheck.kernels.attention_config")
+    for (dtype, d), (_, bn, _, _) in C._GPU_EDGED.items():
+        assert bn == C._GPU_TABLE[dtype][d][1], (dtype, d)
+
+
+def test_row_sum_method_ignores_tile_overrides() -> None:
+    # The launch knobs of KernelSpec.configs must keep the bits: the row-sum method may follow
+    # (dtype, head dim, edged) only.
+    C = importlib.import_module("flashcheck.kernels.attention_config")
+    for dtype, d, edged in C._ROWSUM_DOT:
+        base = A.attn_config(d, dtype, edged=edged)
+        assert base.rowsum_dot
+        for kw in ({"block_m": 16}, {"block_m": 128, "num_warps": 8}, {"num_stages": 1}):
+            assert A.attn_config(d, dtype, edged=edged, **kw).rowsum_dot, kw
