@@ -164,8 +164,14 @@ def test_attention_rejects(case: str) -> None:
 
 def test_attention_still_accepts_good_arguments() -> None:
     want = attention(**_qkv())
-    # knobs that change no arithmetic give the same bits; block_n is a tuning (it reblocks the sum)
-    assert torch.equal(attention(**_qkv(), block_m=16, num_warps=1, num_stages=1, pack_gqa=False), want)
+    # Knobs that change no arithmetic give the same bits; block_n is a tuning (it reblocks the
+    # sum). num_warps keeps the bits under the interpreter only: on a GPU the fp32 row sum
+    # (tl.sum) follows the layout num_warps sets (an H200 put this case 2.4e-7 apart at
+    # num_warps=1 and 8, at df85c3d's kernels as at 757b3ba's), and the spec lists only
+    # num_stages as a bit-identical GPU config (kernels/specs.py).
+    same = dict(block_m=16, num_stages=1, pack_gqa=False) | ({"num_warps": 1} if DEVICE.type == "cpu" else {})
+    assert torch.equal(attention(**_qkv(), **same), want)
+    assert attention(**_qkv(), num_warps=1).shape == want.shape
     assert attention(**_qkv(), block_n=16).shape == want.shape
     with torch.no_grad():
         assert torch.equal(attention(**_qkv(q=_qkv()["q"].requires_grad_())), want)
