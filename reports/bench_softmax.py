@@ -31,7 +31,7 @@ from triton.testing import do_bench
 
 from .bench_attention import write_sections
 
-SHAPES = [(65536, 1024), (16384, 4096), (4096, 16384), (1024, 65536), (256, 262144), (64, 1048576),
+SHAPES = [(65536, 1024), (16384, 4096), (4096, 16384), (2048, 32768), (1024, 65536), (256, 262144), (64, 1048576),
           (1, 67108864)]
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 VARIANTS = {"row": softmax_row, "online": softmax_online, "split": softmax_split}
