@@ -10,6 +10,7 @@ from triton.runtime.errors import OutOfResources
 
 A = importlib.import_module("flashcheck.kernels.attention")
 P = importlib.import_module("flashcheck.kernels.attention_plan")
+C = importlib.import_module("flashcheck.kernels.attention_config")
 
 
 @pytest.mark.parametrize("d, dv", [(40, 24), (64, 32), (32, 64), (128, 64), (80, 48), (64, 64)])
@@ -58,7 +59,6 @@ def test_edged_tiles_keep_the_key_blocking() -> None:
     # The error bound takes block_n from the default launch without knowing whether the kernel
     # compiles an edge loop (kernels/specs.py:_attention_blocking): a tile for edged kernels may
     # change rows and warps, never the key blocking.
-    C = importlib.import_module("flashcheck.kernels.attention_config")
     for (dtype, d), (_, bn, _, _) in C._GPU_EDGED.items():
         assert bn == C._GPU_TABLE[dtype][d][1], (dtype, d)
 
@@ -66,7 +66,6 @@ def test_edged_tiles_keep_the_key_blocking() -> None:
 def test_row_sum_method_ignores_tile_overrides() -> None:
     # The launch knobs of KernelSpec.configs must keep the bits: the row-sum method may follow
     # (dtype, head dim, edged) only.
-    C = importlib.import_module("flashcheck.kernels.attention_config")
     for dtype, d, edged in C._ROWSUM_DOT:
         base = A.attn_config(d, dtype, edged=edged)
         assert base.rowsum_dot
