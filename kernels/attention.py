@@ -336,10 +336,11 @@ def _attn_fwd_kernel(
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     # ROWSUM_DOT: l as (BLOCK_M, 16) equal columns of P @ ones, summed by the instruction that
     # sums P @ V (so V of all ones gives exactly 1); column 0 is taken after the loops.
-    ones = tl.full((BLOCK_N, 16), 1.0, q.dtype)
     if ROWSUM_DOT:
+        ones = tl.full((BLOCK_N, 16), 1.0, q.dtype)
         l_i = tl.zeros((BLOCK_M, 16), tl.float32)
     else:
+        ones = 0.0  # unused
         l_i = tl.zeros((BLOCK_M,), tl.float32)
     l32 = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_DV), tl.float32)
@@ -548,8 +549,10 @@ def attention(
     log-sum-exp (B, Hq, M) of the scores the row sees. num_splits > 1: split-KV (flash-decoding),
     each split a partial state, then a merge kernel; 0: automatic (on the GPU for decode shapes,
     1 under the interpreter). Launch knobs: pack_gqa (pack a group's query heads into one tile;
-    None: when M is short), block_m, num_warps, num_stages change no arithmetic (see
-    KernelSpec.configs); block_n and num_splits do (the online-softmax blocking: tunings).
+    None: when M is short), block_m and num_stages change no arithmetic; num_warps changes none
+    under the interpreter, but on a GPU the fp32 row sum (tl.sum) follows the layout it sets (an
+    H200 put an fp32 case 2.4e-7 apart at num_warps=1), within the bound; block_n and num_splits
+    change the online-softmax blocking (tunings).
     `_rowsum_fp32` (benchmarks only, outside the contract): sum the unrounded P into l as
     FlashAttention does, instead of the rounded P that makes V of all ones give exactly 1.
     Returns a new contiguous (B, Hq, M, Dv) tensor of q's dtype (and lse when asked).

@@ -74,9 +74,9 @@ def attn_config(d: int, dtype: torch.dtype, *, dv: int | None = None, n: int = 0
         bn = _INTERPRET_LONG[1] if n >= _INTERPRET_LONG[0] else _INTERPRET_BLOCK
         bm, w, st = _INTERPRET_BLOCK, 4, 1
     else:
-        tile = _GPU_EDGED.get((dtype, max(bd, bdv))) if edged else None
-        bm, bn, w, st = tile or _GPU_TABLE[dtype][max(bd, bdv)]
-    dot = (dtype, max(bd, bdv), edged) in _ROWSUM_DOT
+        tile = _GPU_EDGED.get((dtype, bd)) if edged else None
+        bm, bn, w, st = tile or _GPU_TABLE[dtype][bd]
+    dot = (dtype, bd, edged) in _ROWSUM_DOT
     cfg = AttnConfig(block_m or bm, block_n or bn, bd, num_warps or w, num_stages or st, bdv, dot)
     for name in ("block_m", "block_n"):
         val = getattr(cfg, name)

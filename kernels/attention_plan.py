@@ -68,7 +68,9 @@ def launch_plan(dtype: torch.dtype, q_shape, q_stride, k_shape, k_stride, v_shap
     # (Hq = Hkv) compute-bound on an H200 (0.67-0.77 of copy; 0.96-1.04 with the 16-row tile).
     decode_tile = (pack or short) and not INTERPRET
     mask_kind = 0 if mask is None else (1 if mask[0] == torch.bool else 2)
-    edged = left >= 0 or right >= 0 or mask_kind == 1  # the kernel compiles an edge loop
+    # the kernel compiles an edge loop for a finite left edge, and one for a right edge or a boolean mask
+    left_edge, right_edge = left >= 0, right >= 0 or mask_kind == 1
+    edged = left_edge or right_edge
     cfg = attn_config(D, dtype, dv=Dv, n=n_max, edged=edged, block_m=block_m or (_DECODE_BLOCK_M if decode_tile else None),
                       block_n=block_n, num_warps=num_warps, num_stages=num_stages)
     m_tiles = triton.cdiv(rows, cfg.block_m)
@@ -105,7 +107,7 @@ def launch_plan(dtype: torch.dtype, q_shape, q_stride, k_shape, k_stride, v_shap
         SPLIT=splits > 1, PACK_GQA=pack, BF16_BITS=bf16_as_bits(dtype), IS_FP32=dtype == torch.float32,
         EVEN_D=cfg.block_d == D, EVEN_DV=cfg.block_dv == Dv,
         WIDE=_wide(cfg, q_stride, k_stride, v_stride, o_stride, *((mask_stride,) if mask is not None else ())),
-        ROWSUM_P32=rowsum_fp32, LEFT_EDGE=left >= 0, RIGHT_EDGE=right >= 0 or mask_kind == 1,
+        ROWSUM_P32=rowsum_fp32, LEFT_EDGE=left_edge, RIGHT_EDGE=right_edge,
         KEY_TAIL=has_kv_lens or varlen or n_max % cfg.block_n != 0,
         ROWSUM_DOT=cfg.rowsum_dot and not rowsum_fp32, num_warps=cfg.num_warps,
     )

@@ -22,6 +22,13 @@ from ._common import (
 # --------------------------------------------------------------------------------------------
 
 ROW_MAX_N = 32768
+# 16-bit rows up to twice as wide: past ROW_HOLD_N the row kernel reads x a second time instead
+# of holding its fp32 exponentials (65536 of them a row are the whole register file of an SM). On
+# an H200 (1024 x 65536, one run, U1) that ran at 0.70 (fp16) and 0.67 (bf16) of copy against the
+# online kernel's 0.54 and 0.59; held whole, the row spilled and ran at 0.56 and 0.58. Under the
+# interpreter the second read starts at 256 columns, so CPU tests take that path too.
+ROW_MAX_N_16BIT = 65536
+ROW_HOLD_N = 256 if INTERPRET else 32768
 # A plain float global cannot be read inside @triton.jit on the GPU (only the interpreter
 # allows it); a constexpr can.
 _LOG2E = tl.constexpr(LOG2E)
@@ -35,6 +42,7 @@ _LOG2E = tl.constexpr(LOG2E)
 def _softmax_row_kernel(
     x_ptr, y_ptr, M, N, sxm, sxn, sym, syn,
     BLOCK_N: tl.constexpr, ROWS: tl.constexpr, X_BITS: tl.constexpr, Y_BITS: tl.constexpr, MUL: tl.constexpr,
+    RELOAD: tl.constexpr,
 ):
     N, sxm, sym = N * MUL, sxm * MUL, sym * MUL
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
@@ -45,7 +53,15 @@ def _softmax_row_kernel(
     x = load_f32(x_ptr + rows64 * sxm + cols64 * sxn, mask, X_BITS)
     m = tl.max(x, axis=1)
     e = tl.exp2((x - m[:, None]) * _LOG2E)
-    y = e / tl.sum(e, axis=1)[:, None]
+    s = tl.sum(e, axis=1)
+    if RELOAD:
+        # A 16-bit row too wide to keep its exponentials in registers: read x again (from L1/L2;
+        # the barrier keeps the compiler from merging the two loads) and recompute the same
+        # exponentials, so y has the same bits as the formula below.
+        tl.debug_barrier()
+        x = load_f32(x_ptr + rows64 * sxm + cols64 * sxn, mask, X_BITS)
+        e = tl.exp2((x - m[:, None]) * _LOG2E)
+    y = e / s[:, None]
     store_f32(y_ptr + rows64 * sym + cols64 * syn, y, mask, Y_BITS)
 
 
@@ -54,17 +70,27 @@ class RowConfig:
     block_n: int
     rows: int
     num_warps: int
+    reload: bool = False  # read x twice (rows wider than ROW_HOLD_N): the same bits, fewer registers
 
 
 def row_config(m: int, n: int, *, rows_per_program: int | None = None, num_warps: int | None = None,
                block_n: int | None = None) -> RowConfig:
     """Block sizes for the row kernel: short rows share a program so each moves about 4K elements.
 
-    block_n is a minimum (a power of two); wider blocks only add masked lanes."""
+    block_n is a minimum (a power of two); wider blocks only add masked lanes. Past ROW_HOLD_N
+    columns (16-bit rows only: fp32 stops at ROW_MAX_N) a program of 32 warps takes one row and
+    reads it twice."""
     bn = max(triton.next_power_of_2(n), triton.next_power_of_2(block_n or 1))
     rows = rows_per_program or max(1, min(16, 4096 // bn, triton.next_power_of_2(m)))
-    warps = num_warps or max(1, min(16, bn * rows // 512))
-    return RowConfig(bn, rows, warps)
+    reload = bn > ROW_HOLD_N
+    cap = 32 if reload and not INTERPRET else 16
+    warps = num_warps or max(1, min(cap, bn * rows // 512))
+    return RowConfig(bn, rows, warps, reload)
+
+
+def row_max_n(dtype: torch.dtype) -> int:
+    """The widest row softmax_row takes for this input dtype."""
+    return ROW_MAX_N if dtype == torch.float32 else ROW_MAX_N_16BIT
 
 
 def _check_softmax_input(x: torch.Tensor, out_dtype: torch.dtype | None) -> torch.dtype:
@@ -101,8 +127,9 @@ def softmax_row(
     check_knob("block_n", block_n)  # a minimum, rounded up to a power of two
     dest = _prepare(x, out_dtype, out)
     m, n = x.shape
-    if n > ROW_MAX_N:
-        raise ValueError(f"N={n} is too long for the row kernel (at most {ROW_MAX_N}); use softmax()")
+    if n > row_max_n(x.dtype):
+        raise ValueError(f"N={n} is too long for the row kernel with {x.dtype} input (at most "
+                         f"{row_max_n(x.dtype)}); use softmax()")
     if x.numel() == 0:
         return dest
     # tl.sum adds in the order of the layout Triton gives the row, which follows the output's
@@ -116,7 +143,7 @@ def softmax_row(
     _softmax_row_kernel[(triton.cdiv(m, cfg.rows),)](
         xk, yk, m, n_, sxm, x.stride(1), sym, y.stride(1),
         BLOCK_N=cfg.block_n, ROWS=cfg.rows, X_BITS=bf16_as_bits(x.dtype), Y_BITS=bf16_as_bits(y.dtype), MUL=mul,
-        num_warps=cfg.num_warps,
+        RELOAD=cfg.reload, num_warps=cfg.num_warps,
     )
     if y is not dest:
         dest.copy_(y)
@@ -436,9 +463,17 @@ def softmax_split(
 
 # Rows up to this length go to the row kernel (whole row in registers, one read + one write). At
 # 32768 columns it ran at 0.76 (fp16), 0.77 (bf16) and 0.95 (fp32) of copy on an H200 against the
-# online kernel's 0.59, 0.63, 0.69 (one run); at 65536 it spills (64 registers a thread at 32
-# warps) and lost to the online kernel (0.49 against 0.53 fp16, 0.59 against 0.63 fp32).
-DISPATCH_ROW_MAX_N = 512 if INTERPRET else 32768
+# online kernel's 0.59, 0.63, 0.69 (one run); at 65536 fp32 cannot be held (256 KB a row, the
+# register file of an SM) and 16-bit rows take the row kernel's second read (ROW_HOLD_N).
+DISPATCH_ROW_MAX_N = 512 if INTERPRET else ROW_MAX_N
+DISPATCH_ROW_MAX_N_16BIT = 512 if INTERPRET else ROW_MAX_N_16BIT
+
+
+def dispatch_row_max_n(dtype: torch.dtype) -> int:
+    """The widest row the dispatcher gives the row kernel, for this input dtype."""
+    return DISPATCH_ROW_MAX_N if dtype == torch.float32 else DISPATCH_ROW_MAX_N_16BIT
+
+
 _SM_COUNT: dict[int, int] = {}
 
 
@@ -454,7 +489,7 @@ def sm_count(device: torch.device) -> int:
 
 def choose_variant(m: int, n: int, dtype: torch.dtype, sms: int) -> str:
     """'row' | 'online' | 'split' for an (m, n) problem on a GPU with `sms` multiprocessors."""
-    if n <= DISPATCH_ROW_MAX_N:
+    if n <= dispatch_row_max_n(dtype):
         return "row"
     # Too few rows to fill the GPU with one program per row, and rows long enough to split.
     if m < 2 * sms and n > split_config(n, dtype).span:
@@ -474,82 +509,5 @@ def softmax(x: torch.Tensor, *, out_dtype: torch.dtype | None = None, out: torch
     return fn(x, out_dtype=out_dtype, out=out)
 
 
-# --------------------------------------------------------------------------------------------
-# Rounding depths (the D of oracles/bounds.py) of each variant for a row of n.
-# --------------------------------------------------------------------------------------------
-
-def _log2c(v: int) -> int:
-    return max(0, (max(1, v) - 1).bit_length())
-
-
-def _numpy_sum_depth(n: int) -> int:
-    """Depth of NumPy's pairwise float32 sum (the interpreter's tl.sum): 8 accumulators over
-    blocks of <= 128, their 3-level tree, halving above 128."""
-    if n < 8:
-        return n
-    if n <= 128:
-        return n // 8 - 1 + 3 + n % 8
-    n2 = (n // 2) - (n // 2) % 8
-    return 1 + max(_numpy_sum_depth(n2), _numpy_sum_depth(n - n2))
-
-
-def _gpu_sum_depth(block: int, warps: int, rows: int) -> int:
-    """Upper bound on a GPU tl.sum's depth over a row of `block` lanes: each thread adds its
-    elements in sequence, then a shuffle/shared-memory tree over the threads. The layout puts
-    v in {1, 2, 4, 8} contiguous lanes per thread and at least min(32, block / v) threads on a
-    row (32 * warps when the program has one row)."""
-    worst = 0
-    for v in (1, 2, 4, 8):
-        t_hi = min(32 * warps, -(-block // v))
-        t_lo = t_hi if rows == 1 else min(32, t_hi)
-        worst = max(worst, -(-block // t_lo) - 1 + _log2c(t_hi))
-    return worst
-
-
-def row_depth(n: int, *, rows_per_program: int | None = None, num_warps: int | None = None,
-              block_n: int | None = None) -> int:
-    """Row kernel: one tl.sum over the padded row, for any M (rows per program) and dtype; the
-    knobs as the launcher takes them (a tuning's depth is its own)."""
-    d = 1
-    for m in (1, 1 << 20):
-        cfg = row_config(m, n, rows_per_program=rows_per_program, num_warps=num_warps, block_n=block_n)
-        d = max(d, _gpu_sum_depth(cfg.block_n, cfg.num_warps, cfg.rows), _numpy_sum_depth(cfg.block_n))
-    return d
-
-
-# Per fold or merge step a lane's sum is multiplied by a rescale factor (1 rounding, plus
-# ex2.approx's 2 ulp = 4u for the factor) and added to (1 rounding): 6u. The factors' argument
-# errors telescope into the bound's 3|d_i| term because the running max only grows. The
-# final rescale onto the common max costs 5u, the fixed tree one rounding per level.
-_STEP, _RESCALE = 6, 5
-
-
-def online_depth(n: int, *, block_n: int | None = None, num_warps: int | None = None) -> int:
-    worst = 1
-    for dt in (torch.float16, torch.float32):
-        b = online_config(n, dt, block_n=block_n).block
-        worst = max(worst, _STEP * -(-n // b) + _RESCALE + _log2c(b))
-    return worst
-
-
-def split_depth(n: int, *, block_n: int | None = None, chunks_per_block: int | None = None,
-                merge_block: int | None = None, num_warps: int | None = None, merge_warps: int | None = None) -> int:
-    worst = 1
-    for dt in (torch.float16, torch.float32):
-        c = split_config(n, dt, block_n=block_n, chunks_per_block=chunks_per_block, merge_block=merge_block)
-        chain = _STEP * min(c.iters, -(-n // c.block)) + _RESCALE + _log2c(c.block)
-        merge = _STEP * -(-c.n_blocks(n) // c.merge_block) + _RESCALE + _log2c(c.merge_block)
-        worst = max(worst, chain + merge)
-    return worst
-
-
-def softmax_depth(n: int) -> int:
-    """The dispatcher may pick any variant allowed for n (the choice also depends on M)."""
-    d = row_depth(n) if n <= DISPATCH_ROW_MAX_N else 1
-    if n > DISPATCH_ROW_MAX_N:
-        d = max(d, online_depth(n), split_depth(n))
-    return d
-
-
-__all__ = ["softmax", "softmax_row", "softmax_online", "softmax_split", "choose_variant",
-           "row_depth", "online_depth", "split_depth", "softmax_depth", "ROW_MAX_N", "DEVICE"]
+__all__ = ["softmax", "softmax_row", "softmax_online", "softmax_split", "choose_variant", "ROW_MAX_N",
+           "ROW_MAX_N_16BIT", "row_max_n", "dispatch_row_max_n", "DEVICE"]

@@ -6,9 +6,9 @@ import math
 from ._runtime import INTERPRET as _INTERPRET
 from .registry import KernelSpec, register
 from .softmax import (
-    DISPATCH_ROW_MAX_N, ROW_MAX_N, online_depth, row_depth, softmax, softmax_depth, softmax_online, softmax_row, softmax_split,
-    split_depth,
+    DISPATCH_ROW_MAX_N, DISPATCH_ROW_MAX_N_16BIT, ROW_MAX_N, softmax, softmax_online, softmax_row, softmax_split,
 )
+from .softmax_depth import online_depth, row_depth, softmax_depth, split_depth
 
 
 register(KernelSpec(
@@ -18,7 +18,7 @@ register(KernelSpec(
     max_n=ROW_MAX_N,
     sizes=(ROW_MAX_N,),
     # Per-thread sequential adds plus tree levels of tl.sum on the GPU (and NumPy's pairwise
-    # sum in the interpreter), for any rows-per-program: see kernels.softmax.row_depth.
+    # sum in the interpreter), for any rows-per-program: see kernels.softmax_depth.row_depth.
     depth=row_depth,
     # tl.sum's order follows the launch layout: rows per program, warps and block width all
     # change it (a soak run found block_n=2048 changing fp32 bits), so none of these knobs is
@@ -68,7 +68,8 @@ register(KernelSpec(
     family="softmax",
     fn=softmax,
     depth=softmax_depth,
-    sizes=(DISPATCH_ROW_MAX_N,),  # where the dispatcher leaves the row kernel
+    # where the dispatcher leaves the row kernel (fp32, then 16-bit rows)
+    sizes=tuple(sorted({DISPATCH_ROW_MAX_N, DISPATCH_ROW_MAX_N_16BIT})),
     description="dispatcher: row / online / split-row from (M, N, dtype) and the GPU's SM count",
 ))
 

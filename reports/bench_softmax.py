@@ -22,7 +22,7 @@ import torch
 from flashcheck import kernels  # noqa: F401  (first: the interpreter switch)
 from flashcheck.kernels import INTERPRET
 from flashcheck.kernels.softmax import (
-    ROW_MAX_N, choose_variant, online_config, sm_count, softmax, softmax_online, softmax_row, softmax_split,
+    choose_variant, online_config, row_max_n, sm_count, softmax, softmax_online, softmax_row, softmax_split,
     split_config,
 )
 
@@ -45,9 +45,9 @@ def bench(fn, *, rep: int = 100) -> float:
     return do_bench(fn, warmup=25, rep=rep, return_mode="median")
 
 
-def candidates(m: int, n: int) -> list[str]:
+def candidates(m: int, n: int, dtype: torch.dtype) -> list[str]:
     """Variants worth timing at (m, n): every one the dispatcher could sensibly pick."""
-    out = ["row"] if n <= ROW_MAX_N else []
+    out = ["row"] if n <= row_max_n(dtype) else []
     if n > 4096:
         out += ["online", "split"]
     return out
@@ -73,7 +73,7 @@ def run_main(shapes, dtypes, *, rep: int) -> tuple[list[dict], list[str]]:
             rec["copy"] = gbps(bench(lambda: y.copy_(x), rep=rep), nbytes)
             ref = torch.softmax(x, -1)
             rec["torch"] = gbps(bench(lambda: torch.softmax(x, -1), rep=rep), nbytes)
-            for v in candidates(m, n):
+            for v in candidates(m, n, dtype):
                 f = VARIANTS[v]
                 warn = check_close(v, f(x, out=y), ref)
                 if warn:
@@ -112,7 +112,7 @@ def run_tune(rep: int) -> list[dict]:
                 y = torch.empty_like(x)
                 nbytes = 2 * x.numel() * x.element_size()
                 res = {"dtype": dname, "variant": variant, "M": m, "N": n}
-                if variant == "online" and n <= ROW_MAX_N:
+                if variant == "online" and n <= row_max_n(dtype):
                     res["row"] = round(gbps(bench(lambda: softmax_row(x, out=y), rep=rep), nbytes), 1)
                 for cfg in cfgs:
                     key = ",".join(f"{k}={v}" for k, v in cfg.items())

@@ -59,13 +59,13 @@ Case = tuple[str, Callable[[], object]]
 
 
 def softmax_cases(big: bool) -> Iterator[Case]:
-    lengths = (1, 2, 3, 17, 255, 1000, 4097, 16385, 65537) if big else (1, 3, 17, 255, 600)
+    lengths = (1, 2, 3, 17, 255, 1000, 4097, 16385, 40000, 65537) if big else (1, 3, 17, 255, 600)
     for dt in DTYPES:
         t = str(dt).split(".")[-1]
         for n in lengths:
             for m in (1, 5):
                 x = lambda m=m, n=n, dt=dt: _rand(m, n, dtype=dt)  # noqa: E731
-                if n <= S.ROW_MAX_N:
+                if n <= S.row_max_n(dt):
                     yield f"softmax_row {t} {m}x{n}", lambda x=x: S.softmax_row(x())
                 yield f"softmax_online {t} {m}x{n}", lambda x=x: S.softmax_online(x())
                 yield f"softmax_split {t} {m}x{n}", lambda x=x: S.softmax_split(x())

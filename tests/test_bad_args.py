@@ -14,7 +14,7 @@ import torch
 
 from flashcheck.kernels import DEVICE
 from flashcheck.kernels.attention import attention, attention_varlen
-from flashcheck.kernels.softmax import softmax, softmax_online, softmax_row, softmax_split
+from flashcheck.kernels.softmax import ROW_MAX_N, softmax, softmax_online, softmax_row, softmax_split
 
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse CSR tensor support:UserWarning",
                                        "ignore:torch.quantize_per_tensor:UserWarning")
@@ -50,6 +50,8 @@ SOFTMAX_CASES: dict[str, tuple[Callable[[Callable], Any], type[Exception], str]]
     "rows_per_program 2.0": (lambda f: f(_x(), rows_per_program=2.0), TypeError, "rows_per_program"),
     "row block_n 0": (lambda f: f(_x(), block_n=0), ValueError, "block_n"),
     "row num_warps 3": (lambda f: f(_x(), num_warps=3), ValueError, "num_warps"),
+    # fp32 rows stop at ROW_MAX_N (16-bit ones go on to ROW_MAX_N_16BIT): the message names the dtype
+    "row fp32 too long": (lambda f: f(torch.zeros(1, ROW_MAX_N + 1, device=DEVICE)), ValueError, "torch.float32"),
     "online block_n 3": (lambda f: f(_x(), block_n=3), ValueError, "block_n"),
     "online block_n True": (lambda f: f(_x(), block_n=True), TypeError, "block_n"),
     "online num_warps 0": (lambda f: f(_x(), num_warps=0), ValueError, "num_warps"),
