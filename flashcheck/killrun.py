@@ -154,12 +154,23 @@ def run_pytest(args: list[str], *, env_extra: dict[str, str] | None = None, shri
         env[NO_SHRINK_ENV] = "1"
     t0 = time.perf_counter()
     timed_out = False
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-        rc, tail = proc.returncode, (proc.stdout + proc.stderr)[-3000:]
-    except subprocess.TimeoutExpired as e:
-        timed_out = True
-        rc, tail = -1, f"timed out after {timeout}s\n" + str(e.stdout or "")[-2000:]
+    # On a CPU, a forked child of a process that imported torch once (flashcheck.zygote); else, or if
+    # that server cannot take the run, a plain subprocess. Either runs pytest.main(ARGS) in a new process.
+    from flashcheck import zygote
+
+    z = zygote.server(clean_env(), ROOT) if zygote.takes(env_extra or {}) else None
+    forked = z.run(cmd[3:], env=env, cwd=ROOT, out=tmp / "output.txt", timeout=timeout) if z else None
+    if forked is not None:
+        rc, timed_out = forked
+        text = (tmp / "output.txt").read_text(errors="replace") if (tmp / "output.txt").exists() else ""
+        rc, tail = (-1, f"timed out after {timeout}s\n" + text[-2000:]) if timed_out else (rc, text[-3000:])
+    else:
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+            rc, tail = proc.returncode, (proc.stdout + proc.stderr)[-3000:]
+        except subprocess.TimeoutExpired as e:
+            timed_out = True
+            rc, tail = -1, f"timed out after {timeout}s\n" + str(e.stdout or "")[-2000:]
     wall = time.perf_counter() - t0
     data = json.loads(result_json.read_text()) if result_json.exists() else {}
     running = result_json.with_name(result_json.name + ".running")
