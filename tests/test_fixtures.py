@@ -351,6 +351,9 @@ def test_tooling_runs_get_a_temporary_fixture_dir(monkeypatch: pytest.MonkeyPatc
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(killrun.subprocess, "run", fake)
+    # The subprocess path, whose command this fake sees; a forked run (flashcheck.zygote) gets the same
+    # arguments, and would run the whole file for real here.
+    monkeypatch.setenv("FLASHCHECK_NO_ZYGOTE", "1")
     killrun.run_pytest(["flashcheck/suite/test_softmax.py"])
     dirs = [a for a in seen["cmd"] if a.startswith("--fixture-dir=")]
     assert len(dirs) == 1 and not fx.is_suite_dir(Path(dirs[0].split("=", 1)[1])), seen["cmd"]
