@@ -159,10 +159,11 @@ def run_pytest(args: list[str], *, env_extra: dict[str, str] | None = None, shri
     from flashcheck import zygote
 
     z = zygote.server(clean_env(), ROOT) if zygote.takes(env_extra or {}) else None
-    forked = z.run(cmd[3:], env=env, cwd=ROOT, out=tmp / "output.txt", timeout=timeout) if z else None
+    output = tmp / "output.txt"
+    forked = z.run(cmd[3:], env=env, cwd=ROOT, out=output, timeout=timeout) if z else None
     if forked is not None:
         rc, timed_out = forked
-        text = (tmp / "output.txt").read_text(errors="replace") if (tmp / "output.txt").exists() else ""
+        text = output.read_text(errors="replace") if output.exists() else ""
         rc, tail = (-1, f"timed out after {timeout}s\n" + text[-2000:]) if timed_out else (rc, text[-3000:])
     else:
         try:

@@ -15,6 +15,7 @@ plain subprocess instead; nothing a run reports depends on which way it ran.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import select
@@ -187,7 +188,5 @@ def _close_all() -> None:
     for z in _SERVERS.values():
         z.close()
 
-
-import atexit  # noqa: E402
 
 atexit.register(_close_all)

@@ -3,8 +3,9 @@
 Unit tests (fast): the context-killing errors are recognised, the guarded call names kernel and
 input, a GpuFault is not shrunk (one example, fixture saved). End to end (`slow`, subprocesses):
 tiny kernels that call os._exit(0), segfault, hang or raise CUDA's illegal-memory-access text on one
-input (rows holding a NaN), checked with and without `-n 2`, replayed and reported: each run exits
-1, names kernel, test and input, writes the fixture, and finishes every other test.
+input (rows holding a NaN; `all4` does each on its own special row, so one run sees all four),
+checked with and without `-n 2`, replayed and reported: each run exits 1, names kernel, test and
+input, writes the fixture, and finishes every other test.
 """
 from __future__ import annotations
 
@@ -47,13 +48,11 @@ CRASHERS = textwrap.dedent('''
     def hang(x, **kw):
         return _crash(x, lambda: time.sleep(10**6))
 
-    def fault(x, **kw):
-        def illegal():
-            raise RuntimeError(%r)
-        return _crash(x, illegal)
-
     def illegal():
         raise RuntimeError(%r)
+
+    def fault(x, **kw):
+        return _crash(x, illegal)
 
     def all4(x, **kw):  # one cause per special row: four crashes in one supervised run
         if bool(torch.isnan(x).any()):
@@ -68,7 +67,7 @@ CRASHERS = textwrap.dedent('''
 
     for f in (exit0, segv, hang, fault, all4):
         f.flashcheck = {"dtypes": ["fp32"]}
-''' % (ILLEGAL, ILLEGAL))
+''' % ILLEGAL)
 
 # One test whose input holds a NaN (the crash) and two that do not (they must still run).
 SELECT = "nan_inf or two_equal or pos_inf"
@@ -76,7 +75,6 @@ CAUSES = {"exit0": "the kernel crashers.exit0 exited with code 0",
           "segv": "the kernel crashers.segv was killed by SIGSEGV",
           "hang": "the kernel crashers.hang did not return in 4 s",
           "fault": "illegal memory access in crashers.fault on ((1, 1) float32"}
-CRASHED_TEST = "test_adversarial_class[crashers.{k}-fp32-nan_inf]"
 # crashers.all4 on the special rows: the row each cause is given, and how the run names it.
 ALL4 = {"one_nan": "the kernel crashers.all4 exited with code 0",
         "pos_inf": "the kernel crashers.all4 was killed by SIGSEGV",
@@ -238,8 +236,7 @@ def test_check_names_the_crash_and_finishes_the_run(crashers: Path, workers: tup
     d = crashers / f"all4-{len(workers)}"
     d.mkdir()
     (d / "crashers.py").write_text(CRASHERS)
-    p = _cli(d, "check", "crashers.py:all4", "--family", "softmax", "--hypothesis-profile", "smoke", "-q",
-             "-p", "no:randomly", "-k", ALL4_SELECT, "--timeout", "4", *workers)
+    p = _check(d, "all4", "-k", ALL4_SELECT, *workers)  # the last -k selects
     out = p.stdout + p.stderr
     assert p.returncode == 1, out
     for row, cause in ALL4.items():

@@ -34,7 +34,7 @@ TESTS = textwrap.dedent('''
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> zygote.Zygote:
+def server() -> zygote.Zygote:
     z = zygote.Zygote(clean_env(), Path.cwd())
     assert z.proc is not None, "the server did not start"
     yield z
