@@ -27,37 +27,43 @@ from flashcheck.isolation import DEFAULT_TASK_TIMEOUT
 __doc__ = f"{__doc__.strip()}\n\n{exitcodes.TABLE}"
 
 
-def _capabilities() -> dict:
-    from flashcheck.external import CAPABILITIES
+class _CheckParser(exitcodes.ArgumentParser):
+    """Its epilog lists the capability keys, which live beside the kernel loader (and torch): built
+    only when help is printed, so a plain `check` never imports them in this process."""
 
-    return CAPABILITIES
+    def format_help(self) -> str:
+        from flashcheck.external import CAPABILITIES
+
+        self.epilog = (
+            "Options not listed here go to pytest unchanged, among them the capability flags:\n"
+            "  --kernel-dtypes fp16,bf16  --kernel-min-n N  --kernel-max-n N  --kernel-sizes N,N\n"
+            "  --kernel-cap KEY=VALUE (repeatable), --fixture-dir DIR, --no-save-fixtures,\n"
+            "  -n auto, -x, -k EXPR, --hypothesis-profile NAME, --quick-first N (every test first\n"
+            "  with N examples: an early first failure; 12 in the gpu tier, 0 turns it off).\nCapability keys:\n"
+            + "\n".join(f"  {k:16s} {v[3]}" for k, v in CAPABILITIES.items()) + "\n\n" + exitcodes.TABLE)
+        return super().format_help()
 
 
 def _check(argv: Sequence[str]) -> int:
-    p = exitcodes.ArgumentParser(
-        prog="flashcheck check", description="Run a family's suite on one kernel.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Options not listed here go to pytest unchanged, among them the capability flags:\n"
-               "  --kernel-dtypes fp16,bf16  --kernel-min-n N  --kernel-max-n N  --kernel-sizes N,N\n"
-               "  --kernel-cap KEY=VALUE (repeatable), --fixture-dir DIR, --no-save-fixtures,\n"
-               "  -n auto, -x, -k EXPR, --hypothesis-profile NAME, --quick-first N (every test first\n"
-               "  with N examples: an early first failure; 12 in the gpu tier, 0 turns it off).\nCapability keys:\n"
-               + "\n".join(f"  {k:16s} {v[3]}" for k, v in _capabilities().items()) + "\n\n" + exitcodes.TABLE)
+    p = _CheckParser(prog="flashcheck check", description="Run a family's suite on one kernel.",
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("target", help="FILE.py:FUNCTION, package.module:FUNCTION or a registered kernel name")
     p.add_argument("--family", choices=families.names(), help="which suite (inferred for registered kernels and KernelSpecs)")
     ns, rest = p.parse_known_args(argv)
     family = ns.family
-    # Load once here: a bad target is one line now, not an INTERNALERROR inside pytest, and a
-    # KernelSpec's family needs no flag.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    from flashcheck.external import KernelLoadError, load_kernel
+    if family is None:
+        # A KernelSpec or a registered name carries its family: load the kernel here to learn it (a
+        # bad target is one line now). With --family this process never imports torch or the
+        # kernel: the child's plugin loads it and turns a bad target into the same one line, as a
+        # usage error (status 2). That import was 4 of a CPU's seconds per check, paid twice.
+        from flashcheck.external import KernelLoadError, load_kernel
 
-    try:
-        spec = load_kernel(ns.target, family)
-    except KernelLoadError as e:
-        print(f"flashcheck check: {e}", file=sys.stderr)
-        return exitcodes.USAGE
-    family = spec.family
+        try:
+            family = load_kernel(ns.target, family).family
+        except KernelLoadError as e:
+            print(f"flashcheck check: {e}", file=sys.stderr)
+            return exitcodes.USAGE
     problem = _fixture_dir_problem(rest)
     if problem:
         print(f"flashcheck check: --fixture-dir {problem}", file=sys.stderr)
