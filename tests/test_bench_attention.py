@@ -1,6 +1,7 @@
 """The attention benchmarks (reports/bench_attention*.py, issue 20.3; reports/attention_ceiling.py)
-without timing anything: `--help` works and a machine without a GPU gets exit 2 and one line; the Markdown writer rewrites
-only the sections a run measured, so a feature run keeps the main table (and its notes) intact."""
+without timing anything: `--help` works and a machine without a GPU gets exit 2 and one line; the
+Markdown writer rewrites only the sections a run measured, so a feature run keeps the main table
+(and its notes) intact."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,7 +13,8 @@ from flashcheck.reports import attention_ceiling, bench_attention, bench_attenti
 from flashcheck.reports.bench_attention import command_line, write_sections
 
 
-@pytest.mark.parametrize("mod", [bench_attention, bench_attention_features, attention_ceiling], ids=lambda m: m.__name__.rsplit(".")[-1])
+@pytest.mark.parametrize("mod", [bench_attention, bench_attention_features, attention_ceiling],
+                         ids=lambda m: m.__name__.rsplit(".")[-1])
 def test_help_and_no_gpu_is_exit_2_with_one_line(mod, capsys: pytest.CaptureFixture,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(SystemExit) as e:
