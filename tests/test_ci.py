@@ -354,7 +354,9 @@ def _phase_records(tmp_path: Path, test_file: str) -> dict[str, dict]:
 def test_phases_count_every_second_once(tmp_path: Path) -> None:
     """-p flashcheck.phases: the oracle called inside a comparison counts as oracle, not twice;
     Hypothesis's own time (drawing) is apart from the example bodies'; the phases add up to the
-    test's call time."""
+    test's call time. The bodies' 0.6 s of sleep must land in `rest` and the sum must match the
+    call: a sleep counted as drawing too would break the sum. Drawing's own time is CPU work and
+    is not compared with the sleep: on a loaded 2-core CI machine three draws took 0.67 s."""
     (tmp_path / "test_p.py").write_text(
         "import time\nimport numpy as np\nfrom hypothesis import given, settings, strategies as st\n"
         "from flashcheck.oracles.compare import compare_softmax\nfrom flashcheck.oracles.formats import FP32\n"
@@ -375,7 +377,7 @@ def test_phases_count_every_second_once(tmp_path: Path) -> None:
         assert set(PHASES) <= set(r["phases"]), r
         assert abs(sum(r["phases"][k] for k in PHASES) - r["duration"]) < 0.1, r
     ph = h["phases"]
-    assert ph["oracle"] > 0 and ph["compare"] > 0 and ph["rest"] >= 0.6 and ph["draw"] < ph["rest"], ph
+    assert ph["oracle"] > 0 and ph["compare"] > 0 and ph["rest"] >= 0.6 and ph["draw"] > 0, ph
     assert plain["phases"]["rest"] >= 0.3 and plain["phases"]["draw"] == 0, plain
 
 
