@@ -145,8 +145,9 @@ def run_pytest(args: list[str], *, env_extra: dict[str, str] | None = None, shri
     if not any(a == "--fixture-dir" or a.startswith("--fixture-dir=") for a in args):
         # Never the suite's own regressions folder: a mutant or a zoo kernel is broken on purpose.
         args = [*args, f"--fixture-dir={tmp / 'fixtures'}"]
-    cmd = [sys.executable, "-m", "pytest", *args, "-p", "no:xdist", "-p", "no:cacheprovider",
-           "-p", "flashcheck.killrun", "-q", "--no-header", "-W", "ignore::DeprecationWarning"]
+    pytest_args = [*args, "-p", "no:xdist", "-p", "no:cacheprovider", "-p", "flashcheck.killrun", "-q",
+                   "--no-header", "-W", "ignore::DeprecationWarning"]
+    cmd = [sys.executable, "-m", "pytest", *pytest_args]
     env = clean_env()
     env.update(env_extra or {})
     env[KILL_ENV] = str(result_json)
@@ -160,7 +161,7 @@ def run_pytest(args: list[str], *, env_extra: dict[str, str] | None = None, shri
 
     z = zygote.server(clean_env(), ROOT) if zygote.takes(env_extra or {}) else None
     output = tmp / "output.txt"
-    forked = z.run(cmd[3:], env=env, cwd=ROOT, out=output, timeout=timeout) if z else None
+    forked = z.run(pytest_args, env=env, cwd=ROOT, out=output, timeout=timeout) if z else None
     if forked is not None:
         rc, timed_out = forked
         text = output.read_text(errors="replace") if output.exists() else ""
