@@ -361,20 +361,25 @@ def _attn_fwd_kernel(
         hi = tl.minimum(hi, s_lo + KEYS_PER_SPLIT)
         full_lo = tl.maximum(full_lo, s_lo)
         full_hi = tl.minimum(full_hi, s_lo + KEYS_PER_SPLIT)
-    if MASK_KIND == 1:  # a boolean mask may hide any key: every block takes the masked path
-        full_hi = 0
     lo_b = (lo // BLOCK_N) * BLOCK_N
     e1 = tl.minimum(tl.maximum(((full_lo + BLOCK_N - 1) // BLOCK_N) * BLOCK_N, lo_b), hi)
     f2 = tl.maximum((full_hi // BLOCK_N) * BLOCK_N, e1)
     # Edge blocks past the full range: those below the last whole block inside n_valid need no
     # load masks (a causal diagonal), the rest do. Loops the launcher knows to be empty are
-    # compiled out (LEFT_EDGE: a finite left window edge; RIGHT_EDGE: causal, a finite right edge
-    # or a boolean mask; KEY_TAIL: kv_lens, varlen or N not a multiple of BLOCK_N): each loop's
-    # code costs registers (the D64 fp16 kernel: 111 with the full loop alone, 199 with a masked
-    # one beside it), and past 128 a 256-thread CTA no longer shares its SM.
+    # compiled out (LEFT_EDGE: a finite left window edge; RIGHT_EDGE: causal or a finite right
+    # edge; KEY_TAIL: kv_lens, varlen or N not a multiple of BLOCK_N): each loop's code costs
+    # registers (the D64 fp16 kernel: 111 with the full loop alone, 199 with a masked one beside
+    # it), and past 128 a 256-thread CTA no longer shares its SM. An edge loop runs a few blocks
+    # (a window edge is BLOCK_M keys wide, the key tail one block), so it is not software-pipelined
+    # (num_stages=1): the pipeline's prologue, epilogue and buffers bought nothing there and cost
+    # the main loop registers; on an H200 causal went 317 -> 351 TFLOP/s (fp16 D64), 371 -> 406
+    # (fp16 D128), 439 -> 470 (fp16 D128 S16384), bf16 3-9% (B4 H16 S4096, one run, same bits).
+    # A boolean mask may hide any key, so it makes the main loop an edge loop (MAIN_EDGE: every
+    # block masked, pipelined as before).
+    MAIN_EDGE: tl.constexpr = MASK_KIND == 1
     f3 = tl.minimum(tl.maximum((n_valid // BLOCK_N) * BLOCK_N, f2), hi)
     if LEFT_EDGE:
-        for start_n in range(lo_b, e1, BLOCK_N):
+        for start_n in tl.range(lo_b, e1, BLOCK_N, num_stages=1):
             acc, l_i, l32, m_i = _attn_block(
                 acc, l_i, l32, m_i, q, k_ptrs, v_ptrs, mask_ptrs, start_n, skn, svn, smn, pos_m, row_ok, offs_n,
                 n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out, ones,
@@ -384,17 +389,17 @@ def _attn_fwd_kernel(
         acc, l_i, l32, m_i = _attn_block(
             acc, l_i, l32, m_i, q, k_ptrs, v_ptrs, mask_ptrs, start_n, skn, svn, smn, pos_m, row_ok, offs_n,
             n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out, ones,
-            False, False, SOFTCAP, MASK_KIND, MASK_BF16_BITS, EVEN_D, EVEN_DV,
+            MAIN_EDGE, False, SOFTCAP, MASK_KIND, MASK_BF16_BITS, EVEN_D, EVEN_DV,
             BF16_BITS, IS_FP32, ROWSUM_P32, RETURN_LSE, ROWSUM_DOT)
     if RIGHT_EDGE:
-        for start_n in range(f2, f3, BLOCK_N):
+        for start_n in tl.range(f2, f3, BLOCK_N, num_stages=1):
             acc, l_i, l32, m_i = _attn_block(
                 acc, l_i, l32, m_i, q, k_ptrs, v_ptrs, mask_ptrs, start_n, skn, svn, smn, pos_m, row_ok, offs_n,
                 n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out, ones,
                 True, False, SOFTCAP, MASK_KIND, MASK_BF16_BITS, EVEN_D, EVEN_DV,
                 BF16_BITS, IS_FP32, ROWSUM_P32, RETURN_LSE, ROWSUM_DOT)
     if KEY_TAIL:
-        for start_n in range(f3, hi, BLOCK_N):
+        for start_n in tl.range(f3, hi, BLOCK_N, num_stages=1):
             acc, l_i, l32, m_i = _attn_block(
                 acc, l_i, l32, m_i, q, k_ptrs, v_ptrs, mask_ptrs, start_n, skn, svn, smn, pos_m, row_ok, offs_n,
                 n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out, ones,
