@@ -244,7 +244,7 @@ def _attn_fwd_kernel(
     MASK_BF16_BITS: tl.constexpr, RETURN_LSE: tl.constexpr, SPLIT: tl.constexpr, PACK_GQA: tl.constexpr,
     BF16_BITS: tl.constexpr, IS_FP32: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
     WIDE: tl.constexpr, ROWSUM_P32: tl.constexpr, LEFT_EDGE: tl.constexpr, RIGHT_EDGE: tl.constexpr,
-    KEY_TAIL: tl.constexpr, ROWSUM_DOT: tl.constexpr,
+    KEY_TAIL: tl.constexpr, ROWSUM_DOT: tl.constexpr, EDGE_STAGES: tl.constexpr,
 ):
     sqb, sqh, sqm = sqb * STRIDE_MUL, sqh * STRIDE_MUL, sqm * STRIDE_MUL
     skb, skh, skn = skb * STRIDE_MUL, skh * STRIDE_MUL, skn * STRIDE_MUL
@@ -370,16 +370,18 @@ def _attn_fwd_kernel(
     # edge; KEY_TAIL: kv_lens, varlen or N not a multiple of BLOCK_N): each loop's code costs
     # registers (the D64 fp16 kernel: 111 with the full loop alone, 199 with a masked one beside
     # it), and past 128 a 256-thread CTA no longer shares its SM. An edge loop runs a few blocks
-    # (a window edge is BLOCK_M keys wide, the key tail one block), so it is not software-pipelined
-    # (num_stages=1): the pipeline's prologue, epilogue and buffers bought nothing there and cost
-    # the main loop registers; on an H200 causal went 317 -> 351 TFLOP/s (fp16 D64), 371 -> 406
-    # (fp16 D128), 439 -> 470 (fp16 D128 S16384), bf16 3-9% (B4 H16 S4096, one run, same bits).
+    # (a window edge is BLOCK_M keys wide, the key tail one block), so for 16-bit inputs it is not
+    # software-pipelined (EDGE_STAGES = 1): the pipeline's prologue, epilogue and buffers bought
+    # nothing there and cost the main loop registers; on an H200 causal went 317 -> 351 TFLOP/s
+    # (fp16 D64), 371 -> 406 (fp16 D128), 439 -> 470 (fp16 D128 S16384), bf16 3-9% (B4 H16 S4096,
+    # one run, same bits). fp32 keeps the kernel's depth (EDGE_STAGES = None): unpipelined, ptxas
+    # gave its D128 causal kernel 32 registers and a 5888-byte spill stack (reports/kernel_resources.py).
     # A boolean mask may hide any key, so it makes the main loop an edge loop (MAIN_EDGE: every
     # block masked, pipelined as before).
     MAIN_EDGE: tl.constexpr = MASK_KIND == 1
     f3 = tl.minimum(tl.maximum((n_valid // BLOCK_N) * BLOCK_N, f2), hi)
     if LEFT_EDGE:
-        for start_n in tl.range(lo_b, e1, BLOCK_N, num_stages=1):
+        for start_n in tl.range(lo_b, e1, BLOCK_N, num_stages=EDGE_STAGES):
             acc, l_i, l32, m_i = _attn_block(
                 acc, l_i, l32, m_i, q, k_ptrs, v_ptrs, mask_ptrs, start_n, skn, svn, smn, pos_m, row_ok, offs_n,
                 n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out, ones,
@@ -392,14 +394,14 @@ def _attn_fwd_kernel(
             MAIN_EDGE, False, SOFTCAP, MASK_KIND, MASK_BF16_BITS, EVEN_D, EVEN_DV,
             BF16_BITS, IS_FP32, ROWSUM_P32, RETURN_LSE, ROWSUM_DOT)
     if RIGHT_EDGE:
-        for start_n in tl.range(f2, f3, BLOCK_N, num_stages=1):
+        for start_n in tl.range(f2, f3, BLOCK_N, num_stages=EDGE_STAGES):
             acc, l_i, l32, m_i = _attn_block(
                 acc, l_i, l32, m_i, q, k_ptrs, v_ptrs, mask_ptrs, start_n, skn, svn, smn, pos_m, row_ok, offs_n,
                 n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out, ones,
                 True, False, SOFTCAP, MASK_KIND, MASK_BF16_BITS, EVEN_D, EVEN_DV,
                 BF16_BITS, IS_FP32, ROWSUM_P32, RETURN_LSE, ROWSUM_DOT)
     if KEY_TAIL:
-        for start_n in tl.range(f3, hi, BLOCK_N, num_stages=1):
+        for start_n in tl.range(f3, hi, BLOCK_N, num_stages=EDGE_STAGES):
             acc, l_i, l32, m_i = _attn_block(
                 acc, l_i, l32, m_i, q, k_ptrs, v_ptrs, mask_ptrs, start_n, skn, svn, smn, pos_m, row_ok, offs_n,
                 n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out, ones,

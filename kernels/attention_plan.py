@@ -111,6 +111,7 @@ def launch_plan(dtype: torch.dtype, q_shape, q_stride, k_shape, k_stride, v_shap
         ROWSUM_P32=rowsum_fp32, LEFT_EDGE=left_edge, RIGHT_EDGE=right_edge,
         KEY_TAIL=has_kv_lens or varlen or n_max % cfg.block_n != 0,
         ROWSUM_DOT=cfg.rowsum_dot and not rowsum_fp32, num_warps=cfg.num_warps,
+        EDGE_STAGES=None if dtype == torch.float32 else 1,  # the kernel's edge-loop comment says why
     )
     args = (*strides, *mask_stride, *ls, *ps,
             Hq, Hkv, group, m_max, n_max, D, Dv, qk_scale, cap_in, cap_out,
