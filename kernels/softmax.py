@@ -270,7 +270,7 @@ def online_config(n: int = 0, dtype: torch.dtype = torch.float16, *, block_n: in
             raise ValueError(f"block_n must be a power of two >= 2, got {block_n}")
         block = block_n
     elif INTERPRET:
-        block = 64  # CPU rows of hundreds to thousands take several chunks
+        block = 128  # CPU rows of hundreds to thousands take several chunks (cost: per operation)
     else:  # from the H200 sweep in reports/bench_softmax.py --tune
         block = 4096
     warps = num_warps or (1 if INTERPRET else max(1, min(8, block // 1024)))
@@ -397,7 +397,11 @@ def split_config(n: int = 0, dtype: torch.dtype = torch.float16, *, block_n: int
                  chunks_per_block: int | None = None, merge_block: int | None = None,
                  num_warps: int | None = None, merge_warps: int | None = None) -> SplitConfig:
     if INTERPRET:  # several spans and several merge steps on CPU-sized rows
-        block, iters, mb = 32, 2, 4
+        # 64 lanes, the narrowest tile the strategies align their -inf blocks to (strategies/
+        # softmax.py BLOCKS): the interpreter's cost is per operation, not per element. With 32
+        # lanes (and 64-lane online chunks) three ci-profile classes took 32.5 s against 16.9 s;
+        # this kernel's tests were a third of the shipped suite's CPU time in CI.
+        block, iters, mb = 64, 2, 4
     else:  # from the H200 sweep in reports/bench_softmax.py --tune
         block, iters, mb = 4096, 8, 1024
     block = _pow2("block_n", block_n) if block_n is not None else block
