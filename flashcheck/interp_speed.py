@@ -156,6 +156,29 @@ def _same_shape_broadcast(semantic_cls) -> None:
     _replace(semantic_cls, "_flashcheck_fast", True)
 
 
+def _no_dropped_overflow_checks(semantic_cls) -> None:
+    """Triton 3.6 checks every 32-bit integer add, sub and mul for overflow: it casts both operands
+    to int64, repeats the operation, compares the result with the type's bounds and hands that to
+    `device_assert`, which returns at once unless the builder's options ask for debug; the
+    interpreter's never do (`InterpreterOptions.debug` is False). So the interpreter computed every
+    check and dropped it: 5.6 s of the 14.3 s interpreting kernels in a cProfile of
+    `test_adversarial_class[attention-bf16-varlen_batches]` (ci profile). Here the check is skipped
+    exactly when its assert would be dropped; with debug on, Triton's own runs."""
+    from flashcheck.interpreter import _replace
+
+    if "_flashcheck_no_dropped_checks" in semantic_cls.__dict__:
+        return
+    check = semantic_cls.binary_op_sanitize_overflow_impl
+
+    def binary_op_sanitize_overflow_impl(self, lhs, rhs, binary_op):
+        if not self.builder.options.debug:
+            return None
+        return check(self, lhs, rhs, binary_op)
+
+    _replace(semantic_cls, "binary_op_sanitize_overflow_impl", binary_op_sanitize_overflow_impl)
+    _replace(semantic_cls, "_flashcheck_no_dropped_checks", True)
+
+
 def install(interp: types.ModuleType) -> None:
     """Hook into this process's Triton interpreter (idempotent)."""
     global _installed
@@ -209,4 +232,5 @@ def install(interp: types.ModuleType) -> None:
     _cached_block_types(tl.core)
     _cached_tensor_shapes(tl.core)
     _same_shape_broadcast(interp.TritonSemantic)
+    _no_dropped_overflow_checks(interp.TritonSemantic)
     _installed = True

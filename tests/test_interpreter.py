@@ -457,42 +457,6 @@ def test_autotuned_kernels_found_through_module_and_closure() -> None:
     assert autotune.tunings(naive_softmax) == []
 
 
-@triton.jit
-def _plus_one(x):
-    return x + 1.0
-
-
-@triton.jit
-def _helper_loop_kernel(out_ptr, N: tl.constexpr):
-    acc = tl.zeros((4,), tl.float32)
-    for _ in range(N):
-        acc = _plus_one(acc)
-    tl.store(out_ptr + tl.arange(0, 4), acc)
-
-
-@pytest.mark.skipif(not INTERPRET, reason="the interpreter's own language patching")
-def test_helper_calls_inside_a_launch_do_not_repatch_the_language(monkeypatch: pytest.MonkeyPatch) -> None:
-    """flashcheck.interp_speed: the language is patched once per launch, not once per helper call
-    (Triton re-scanned every module of triton.language at each call), and the launch still
-    restores it."""
-    import triton.runtime.interpreter as interp
-
-    scans = []
-    real = interp._patch_builtin
-    monkeypatch.setattr(interp, "_patch_builtin", lambda *a: (scans.append(1), real(*a))[1])
-    builtin = tl.program_id
-    _helper_loop_kernel[(1,)](torch.zeros(4, device=DEVICE), N=1)  # Triton's first launch patches more
-    counts = {}
-    for n in (3, 30):
-        out = torch.zeros(4, device=DEVICE)
-        scans.clear()
-        _helper_loop_kernel[(1,)](out, N=n)
-        counts[n] = len(scans)
-        assert torch.equal(out, torch.full((4,), float(n), device=DEVICE))
-    assert counts[3] == counts[30] > 0, counts
-    assert tl.program_id is builtin, "the launch restores the language it patched"
-
-
 @needs_interpreter
 def test_run_time_loop_bounds_convert_without_int_of_an_array() -> None:
     """NumPy >= 2.4 refuses `int()` of a 1-element array, which Triton 3.6's interpreter used for
@@ -515,19 +479,3 @@ def test_run_time_loop_bounds_convert_without_int_of_an_array() -> None:
         assert list(range(0, bound, 3)) == [0, 3, 6]
     finally:
         scope.restore()
-
-
-@pytest.mark.skipif(not INTERPRET, reason="the interpreter's own speed patches")
-def test_speed_patches_answer_as_triton_does() -> None:
-    """interp_speed keeps Triton's dtype map per element type and formats a tuple type's name when
-    read: the same answers as Triton's own code, for every kind of type the interpreter asks about."""
-    from triton.runtime import interpreter as interp
-
-    kinds = [tl.int1, tl.int8, tl.uint16, tl.int32, tl.int64, tl.float16, tl.bfloat16, tl.float32, tl.float64,
-             tl.pointer_type(tl.float16), tl.block_type(tl.float32, [4, 8]), tl.block_type(tl.bfloat16, [2]),
-             tl.block_type(tl.pointer_type(tl.int8), [16])]
-    fields = ([tl.float32, tl.block_type(tl.int64, [4])], None), ([tl.float16, tl.int32], ["m", "l"])
-    now = [interp._get_np_dtype(t) for t in kinds], [tl.core.tuple_type(t, f).name for t, f in fields]
-    with fi.unpatched():
-        triton_own = [interp._get_np_dtype(t) for t in kinds], [tl.core.tuple_type(t, f).name for t, f in fields]
-    assert now == triton_own
