@@ -129,12 +129,14 @@ def pytest_configure(config: pytest.Config) -> None:
     target, family = config.getoption("flashcheck_kernel"), config.getoption("flashcheck_family")
     config.stash[_ACTIVE_KEY] = bool(target or family)
     _configure_fixtures(config)
-    from flashcheck import kernel_hooks
+    ours = config.stash[_ACTIVE_KEY] or config.pluginmanager.hasplugin("flashcheck.tiers")
+    if ours:  # a run of a suite: the kernels' hooks now; an unrelated run imports no torch for them
+        from flashcheck import kernel_hooks
 
-    kernel_hooks.attach()
+        kernel_hooks.attach()
     from flashcheck import isolation
 
-    if config.stash[_ACTIVE_KEY] or isolation.enabled() or config.pluginmanager.hasplugin("flashcheck.tiers"):
+    if ours or isolation.enabled():
         from flashcheck import pytest_isolation  # crashes, hangs and GPU faults: one named failure each
 
         pytest_isolation.register(config)

@@ -100,3 +100,24 @@ def test_kernels_run_plain_until_the_engine_attaches_its_hooks() -> None:
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_an_unrelated_pytest_run_loads_no_torch(tmp_path: Path) -> None:
+    """The plugin is loaded by every pytest where flashcheck is installed (entry point pytest11):
+    a run of someone else's tests imports neither torch nor the kernels for it (it used to attach
+    the kernels' hooks at configure time: 7 s instead of 0.7 s for one empty test on a 2-core CPU)."""
+    import subprocess
+    import sys
+
+    from flashcheck.selftest import clean_env
+
+    env = clean_env()  # an author's shell: no supervision or settings inherited from this run
+    (tmp_path / "test_other.py").write_text(
+        "import sys\n\n\ndef test_other():\n"
+        "    heavy = sorted(m for m in ('torch', 'triton', 'flashcheck.kernels') if m in sys.modules)\n"
+        "    assert not heavy, heavy\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_other.py"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "flashcheck" in subprocess.run([sys.executable, "-m", "pytest", "--help"], cwd=tmp_path, env=env,
+                                          capture_output=True, text=True, timeout=300).stdout
