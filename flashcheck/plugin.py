@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 from flashcheck import LOCAL_FIXTURE_DIR as EXTERNAL_FIXTURE_DIR, families, suite_paths
 
 _ACTIVE_KEY = pytest.StashKey[bool]()
+_OURS_KEY = pytest.StashKey[bool]()  # a flashcheck run: a suite, or --kernel/--family
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -130,6 +131,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_ACTIVE_KEY] = bool(target or family)
     _configure_fixtures(config)
     ours = config.stash[_ACTIVE_KEY] or config.pluginmanager.hasplugin("flashcheck.tiers")
+    config.stash[_OURS_KEY] = ours
     if ours:  # a run of a suite: the kernels' hooks now; an unrelated run imports no torch for them
         from flashcheck import kernel_hooks
 
@@ -178,6 +180,19 @@ def _configure_fixtures(config: pytest.Config) -> None:
         problem = fixtures.dir_problem(Path(d))
         if problem:
             raise pytest.UsageError(f"--fixture-dir {problem}")
+
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """xdist ends a run that reached -x or --maxfail as interrupted (status 2, as after Ctrl-C)
+    where pytest alone says failed (1), and `flashcheck check` read that 2 as the tool failing, not
+    as the kernel's verdict. In a flashcheck run the status is pytest's own: failed."""
+    config = session.config
+    maxfail = config.getoption("maxfail", 0) or 0
+    if (config.stash.get(_OURS_KEY, False) and exitstatus == pytest.ExitCode.INTERRUPTED and maxfail
+            and session.testsfailed >= maxfail):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:

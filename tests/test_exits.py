@@ -222,10 +222,15 @@ def _check(cwd: Path, kernel: str, *extra: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_check_exit_statuses(kernels: Path) -> None:
-    """1 a wrong kernel; 5 all skipped or all deselected (never 0); 0 a correct one; 2 a bad option."""
+    """1 a wrong kernel (stopped by -x under xdist too); 5 all skipped or all deselected (never 0); 0 a
+    correct one; 2 a bad option."""
     d = kernels.parent
     wrong = _check(d, "wrong", "-k", "two_equal")
     assert wrong.returncode == 1 and "1 failed" in wrong.stdout, wrong.stdout[-2000:] + wrong.stderr[-2000:]
+    # xdist ends a run stopped by -x as interrupted (pytest's 2), which once read as the tool failing
+    stopped = _check(d, "wrong", "-n", "2", "-x", "-k", "adversarial_class and fp32")
+    assert stopped.returncode == 1 and "stopping after" in stopped.stdout, \
+        stopped.stdout[-2000:] + stopped.stderr[-2000:]
     skipped = _check(d, "good", "-k", "declared_sizes or row_too_long")
     err = skipped.stderr.strip().splitlines()[-1]
     assert skipped.returncode == 5 and err.startswith("flashcheck check: nothing was checked: all 2 tests were "
