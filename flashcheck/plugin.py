@@ -182,7 +182,6 @@ def _configure_fixtures(config: pytest.Config) -> None:
             raise pytest.UsageError(f"--fixture-dir {problem}")
 
 
-
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """xdist ends a run that reached -x or --maxfail as interrupted (status 2, as after Ctrl-C)
