@@ -30,8 +30,9 @@ ORACLE_KEYS = ("causal", "scale", "kv_lens", "window", "softcap", "causal_align"
 def blocking(spec: KernelSpec, head_dim: int, n: int, dtype: torch.dtype,
              kw: dict | None = None) -> tuple[int, int]:
     """(block_n, n_blocks) the bound needs for this call: the spec's key blocking
-    (`KernelSpec.key_blocking`), and one rescale more per split of split-KV (kw's num_splits)."""
-    bn, nb = spec.key_blocking(head_dim, n, dtype)
+    (`KernelSpec.key_blocking` for kw's options), and one rescale more per split of split-KV (kw's
+    num_splits)."""
+    bn, nb = spec.key_blocking(head_dim, n, dtype, kw or {})
     splits = int((kw or {}).get("num_splits", 1) or 1)
     return bn, nb + (splits if splits > 1 else 0)
 

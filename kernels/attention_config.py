@@ -43,15 +43,22 @@ _GPU_TABLE = {
 # Kernels that compile an edge loop (causal, a window, a boolean mask: kernels/attention.py) carry
 # a second copy of the block's code and its registers: fp16 D64 causal ran at 310 TFLOP/s with
 # (64, 64, 4, 3) against 241 with the table's (128, 64, 8, 3) (H200, B4 H16 S4096; one run).
-_GPU_EDGED = {(torch.float16, 64): (64, 64, 4, 3)}
+# bf16 D128 with an edge loop: (128, 64) with the tensor-core row sum below; on an H100, base and
+# this alternated twice in one process: causal B4 H16 S4096 335-339 -> 397-399 TFLOP/s, S16384
+# 403-408 -> 439-469, GQA 32/8 +18%, softcap +20%, windows and a boolean mask -1% to +4%. fp16 D128
+# lost 3-9% with the same change, so it keeps the table's tile (reports/attention_bench.md).
+_GPU_EDGED = {(torch.float16, 64): (64, 64, 4, 3), (torch.bfloat16, 128): (128, 64, 8, 3)}
 # Where the row sum l of the rounded P goes through the tensor cores (P @ ones beside P @ V)
 # instead of tl.sum over P widened back to fp32: V of all ones stays exactly 1 either way (the
 # same products summed by the same instruction as P @ V), and the bound is unchanged (docs/
 # NUMERICS.md section 3.5, part 3). The widening costs bf16 a convert per weight: on an H200
 # (B4 H16 S4096, one run) bf16 D64 went 321 -> 375 TFLOP/s (causal 285 -> 316), D128 400 -> 449;
 # fp16 gained nothing (387 -> 387), and D128 with an edge loop lost (fp16 370 -> 319, bf16 333
-# -> 318): its third dot in two loops costs registers. Keyed (dtype, padded head dim, edged).
-_ROWSUM_DOT = {(torch.bfloat16, 64, False), (torch.bfloat16, 64, True), (torch.bfloat16, 128, False)}
+# -> 318): its third dot in two loops costs registers; with the edge loops unpipelined and the
+# (128, 64) tile above it fits (222-224 registers, no spill) and bf16 D128 edged gains (above).
+# Keyed (dtype, padded head dim, edged).
+_ROWSUM_DOT = {(torch.bfloat16, 64, False), (torch.bfloat16, 64, True), (torch.bfloat16, 128, False),
+               (torch.bfloat16, 128, True)}
 _INTERPRET_BLOCK = 32  # the interpreter's cost is per operation: few, large blocks
 _INTERPRET_LONG = (1024, 128)  # from this many keys on, 128-key blocks (the long-row cases stay cheap)
 # Decode tiles (packed GQA rows, few of them): a short M tile, keys in wide blocks.

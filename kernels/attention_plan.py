@@ -45,6 +45,14 @@ def _lead_strides(*strides: tuple[int, ...]) -> tuple[list[int], int]:
     return [x for i, st in enumerate(strides) for x in (*lead[3 * i:3 * i + 3], st[3])], mul
 
 
+def edged_tile(causal: bool, window: tuple[int, int], bool_mask: bool) -> bool:
+    """Whether a launch takes the edged tiles (`attn_config(edged=True)`): the kernel compiles an
+    edge loop for a finite left edge and one for a right edge (causal: the right edge at the
+    diagonal); a boolean mask masks the main loop's blocks, whose register cost is an edge loop's.
+    The error bound's key blocking asks the same (kernels/specs.py:_attention_blocking)."""
+    return window[0] >= 0 or window[1] >= 0 or causal or bool_mask
+
+
 @functools.lru_cache(maxsize=1024)
 def launch_plan(dtype: torch.dtype, q_shape, q_stride, k_shape, k_stride, v_shape, v_stride, o_shape, o_stride,
                 mask: tuple | None, lse_stride: tuple | None, *, batch: int, m_max: int, n_max: int, varlen: bool,
@@ -68,10 +76,8 @@ def launch_plan(dtype: torch.dtype, q_shape, q_stride, k_shape, k_stride, v_shap
     # (Hq = Hkv) compute-bound on an H200 (0.67-0.77 of copy; 0.96-1.04 with the 16-row tile).
     decode_tile = (pack or short) and not INTERPRET
     mask_kind = 0 if mask is None else (1 if mask[0] == torch.bool else 2)
-    # the kernel compiles an edge loop for a finite left edge and one for a right edge; a boolean
-    # mask masks the main loop's blocks (its register cost is an edge loop's: the edged tiles)
     left_edge, right_edge = left >= 0, right >= 0
-    edged = left_edge or right_edge or mask_kind == 1
+    edged = edged_tile(causal, window, mask_kind == 1)
     cfg = attn_config(D, dtype, dv=Dv, n=n_max, edged=edged, block_m=block_m or (_DECODE_BLOCK_M if decode_tile else None),
                       block_n=block_n, num_warps=num_warps, num_stages=num_stages)
     m_tiles = triton.cdiv(rows, cfg.block_m)

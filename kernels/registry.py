@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -53,9 +54,10 @@ class KernelSpec:
     custom_scale: bool = True  # scale=
     row_sum: str = "rounded_p"  # "rounded_p": V of ones exact; "fp32_p": within 1 ulp
     block_n: int | None = None  # its key block (the bound's blocking), when declared
-    # (keys per block, key blocks a row goes through) of its launch for (head_dim, n, dtype), when
-    # it knows its own (the production kernel's table); see key_blocking
-    blocking: Callable[[int, int, torch.dtype], tuple[int, int]] | None = None
+    # (keys per block, key blocks a row goes through) of its launch for (head_dim, n, dtype) and
+    # the call's keyword options, when it knows its own (the production kernel's table); see
+    # key_blocking
+    blocking: Callable[[int, int, torch.dtype, Mapping[str, Any]], tuple[int, int]] | None = None
     bitwise_invariant: bool = True  # same bits for any layout / query order (not in the contract)
     external: bool = False
     description: str = ""
@@ -111,12 +113,13 @@ class KernelSpec:
     def supports_head_dim(self, d: int) -> bool:
         return d <= self.max_head_dim and (self.head_dims is None or bool(self.head_dims(d)))
 
-    def key_blocking(self, head_dim: int, n: int, dtype: torch.dtype) -> tuple[int, int]:
-        """(keys per block, key blocks) the attention bound needs for n keys: the kernel's own
-        (`blocking`), else its declared `block_n`, else the worst case: one dot over every key
-        and a rescale per key."""
+    def key_blocking(self, head_dim: int, n: int, dtype: torch.dtype,
+                     options: Mapping[str, Any] | None = None) -> tuple[int, int]:
+        """(keys per block, key blocks) the attention bound needs for n keys and the call's keyword
+        options (causal, window, attn_mask, ...): the kernel's own (`blocking`), else its declared
+        `block_n`, else the worst case: one dot over every key and a rescale per key."""
         if self.blocking is not None:
-            return self.blocking(head_dim, n, dtype)
+            return self.blocking(head_dim, n, dtype, options or {})
         if self.block_n:
             return self.block_n, max(1, -(-n // self.block_n))
         return max(n, 1), max(n, 1)

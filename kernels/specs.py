@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from ._runtime import INTERPRET as _INTERPRET
 from .registry import KernelSpec, register
 from .softmax import (
@@ -79,11 +81,17 @@ from .attention import (  # noqa: E402
     MAX_HEAD_DIM as _ATTN_MAX_D, attention as _attention, attention_varlen as _attention_varlen,
     attn_config as _attn_config,
 )
+from .attention_args import normalize_window as _normalize_window  # noqa: E402
+from .attention_plan import edged_tile as _edged_tile  # noqa: E402
 
 
-def _attention_blocking(head_dim: int, n: int, dtype) -> tuple[int, int]:
-    """(keys per block, key blocks per row) of the default launch: what the error bound needs."""
-    bn = _attn_config(head_dim, dtype, n=n).block_n
+def _attention_blocking(head_dim: int, n: int, dtype, options) -> tuple[int, int]:
+    """(keys per block, key blocks per row) of the default launch for this call's options (an edged
+    tile may block the keys differently): what the error bound needs."""
+    mask = options.get("attn_mask")
+    edged = _edged_tile(bool(options.get("causal")), _normalize_window(options.get("window")),
+                        mask is not None and mask.dtype == torch.bool)
+    bn = _attn_config(head_dim, dtype, n=n, edged=edged).block_n
     return bn, max(1, math.ceil(n / bn))
 
 

@@ -55,12 +55,39 @@ def test_grid_limit_is_a_clear_error() -> None:
         A.attention(q, q, q)
 
 
-def test_edged_tiles_keep_the_key_blocking() -> None:
-    # The error bound takes block_n from the default launch without knowing whether the kernel
-    # compiles an edge loop (kernels/specs.py:_attention_blocking): a tile for edged kernels may
-    # change rows and warps, never the key blocking.
-    for (dtype, d), (_, bn, _, _) in C._GPU_EDGED.items():
-        assert bn == C._GPU_TABLE[dtype][d][1], (dtype, d)
+def test_the_bounds_key_blocking_is_the_launchs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The error bound needs the key blocking the launch really uses, and an edged tile (causal, a
+    window, a boolean mask) may block the keys differently from the plain one (bf16 D128): the
+    spec's blocking (kernels/specs.py) must agree with the plan's block_n for every option and
+    every GPU tile, checked here on the GPU's tables whatever the machine."""
+    from flashcheck.kernels import get
+
+    for mod in (C, P):
+        monkeypatch.setattr(mod, "INTERPRET", False)
+    P.launch_plan.cache_clear()
+    monkeypatch.setattr(P, "launch_plan", P.launch_plan.__wrapped__)  # no plan built on the GPU's tables outlives the test
+    spec, n = get("attention"), 4096
+    masks = {torch.bool: torch.ones(1, 1, 64, n, dtype=torch.bool), torch.float32: torch.zeros(1, 1, 64, n)}
+    options = [{}, {"causal": True}, {"window": (16, -1)}, {"window": (-1, 0)}, {"window": (8, 8)},
+               {"attn_mask": masks[torch.bool]}, {"attn_mask": masks[torch.float32]}]
+    differ = set()
+    for dtype, table in C._GPU_TABLE.items():
+        for d in table:
+            q = torch.empty(1, 2, 64, d, dtype=dtype)
+            k = torch.empty(1, 2, n, d, dtype=dtype)
+            for opts in options:
+                mask = opts.get("attn_mask")
+                plan = P.launch_plan(
+                    dtype, q.shape, q.stride(), k.shape, k.stride(), k.shape, k.stride(), q.shape, q.stride(),
+                    None if mask is None else (mask.dtype, mask.expand(1, 2, 64, n).stride()), None,
+                    batch=1, m_max=64, n_max=n, varlen=False, causal=bool(opts.get("causal")), scale=None,
+                    has_kv_lens=False, window=opts.get("window", (-1, -1)), softcap=0.0, causal_align="top_left",
+                    return_lse=False, num_splits=1, pack_gqa=None, block_m=None, block_n=None, num_warps=None,
+                    num_stages=None, rowsum_fp32=False)
+                bn = plan.cfg.block_n
+                assert spec.key_blocking(d, n, dtype, opts) == (bn, n // bn), (dtype, d, opts)
+                differ |= {(dtype, d)} if bn != C._GPU_TABLE[dtype][d][1] else set()
+    assert differ == {(dt, d) for (dt, d), t in C._GPU_EDGED.items() if t[1] != C._GPU_TABLE[dt][d][1]}, differ
 
 
 def test_row_sum_method_ignores_tile_overrides() -> None:
