@@ -4,7 +4,8 @@ For fp16, bf16 and fp32 and each shape below: GB/s (one read of x plus one write
 of every variant the dispatcher may pick at that shape, of the dispatcher, of `torch.softmax`,
 and of the device-to-device copy ceiling (`y.copy_(x)` into a preallocated tensor of the same
 size), all measured in the same run with `triton.testing.do_bench` (warm-up, L2 flushed before
-each call, median). Prints a Markdown table and writes it to reports/softmax_bench.md (and JSON
+each call, median), the dispatcher again as a replayed CUDA graph (the GPU alone) and the
+host's time per dispatcher call. Prints a Markdown table and writes it to reports/softmax_bench.md (and JSON
 under $OUT when that is set). `--tune` adds a sweep of launch parameters for the chunked
 variants (for choosing the defaults; the chunk sizes change the bits, num_warps does not).
 """
@@ -15,6 +16,7 @@ import datetime as dt
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -43,6 +45,33 @@ def gbps(ms: float, nbytes: int) -> float:
 
 def bench(fn, *, rep: int = 100) -> float:
     return do_bench(fn, warmup=25, rep=rep, return_mode="median")
+
+
+def graph_of(fn) -> torch.cuda.CUDAGraph:
+    """fn captured in a CUDA graph (after a warm-up on a side stream, as torch asks): its replay
+    launches every kernel at once, so its time is the GPU's alone, without Python's launch cost."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g
+
+
+def host_us(fn, *, calls: int = 30) -> float:
+    """Host microseconds per call: calls launched back to back without a sync (they only queue,
+    the GPU's speed does not enter as long as the launch queue has room)."""
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    return t / calls * 1e6
 
 
 def candidates(m: int, n: int, dtype: torch.dtype) -> list[str]:
@@ -83,6 +112,10 @@ def run_main(shapes, dtypes, *, rep: int) -> tuple[list[dict], list[str]]:
             if warn:
                 notes.append(f"{dname} {m}x{n} dispatcher{warn}")
             rec["softmax"] = gbps(bench(lambda: softmax(x, out=y), rep=rep), nbytes)
+            g = graph_of(lambda: softmax(x, out=y))
+            rec["graph"] = gbps(bench(g.replay, rep=rep), nbytes)
+            rec["host_us"] = host_us(lambda: softmax(x, out=y))
+            del g
             rows.append(rec)
             print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in rec.items()}),
                   flush=True)
@@ -134,11 +167,14 @@ def markdown(rows: list[dict], notes: list[str]) -> str:
         f"GPU: {props.name} ({props.multi_processor_count} SMs), date {dt.date.today().isoformat()}, "
         f"torch {torch.__version__}, triton {triton.__version__}. "
         "GB/s count one read of x and one write of y; `triton.testing.do_bench` median, L2 flushed "
-        "before each call; copy = `y.copy_(x)` of the same bytes, measured in the same run.",
+        "before each call; copy = `y.copy_(x)` of the same bytes, measured in the same run. "
+        "`graph`: the dispatcher's call captured in a CUDA graph and replayed (the GPU's time without "
+        "Python's launch cost); `host us`: the host's microseconds per dispatcher call, calls queued back "
+        "to back. Where `host us` nears the GPU's time per call, the eager columns time the host.",
         "",
         "| dtype | M x N | dispatch | row | online | split | dispatcher | torch | copy "
-        "| disp/copy | disp/torch |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| disp/copy | disp/torch | graph | graph/copy | host us |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         def cell(k: str) -> str:
@@ -146,7 +182,8 @@ def markdown(rows: list[dict], notes: list[str]) -> str:
         lines.append(
             f"| {r['dtype']} | {r['M']}x{r['N']} | {r['dispatch']} | {cell('row')} | {cell('online')} "
             f"| {cell('split')} | {cell('softmax')} | {cell('torch')} | {cell('copy')} "
-            f"| {r['softmax'] / r['copy']:.2f} | {r['softmax'] / r['torch']:.2f} |")
+            f"| {r['softmax'] / r['copy']:.2f} | {r['softmax'] / r['torch']:.2f} | {cell('graph')} "
+            f"| {r['graph'] / r['copy']:.2f} | {cell('host_us')} |")
     lines += ["", "Targets: dispatcher >= 0.90 x copy where the row fits on one SM; >= 1.2 x torch "
               "everywhere; 1x67108864 >= 0.85 x (2/3 x copy) = 0.57 x copy (three passes)."]
     if notes:
