@@ -183,10 +183,11 @@ def main(argv: list[str] | None = None) -> int:
             print(i, name)
         return 0
     ids = {int(i) for i in a.ids.split(",") if i} if a.ids else None
-    failed = 0
+    failed = ran = 0
     for i, (name, fn) in enumerate(todo):
         if i < a.start or a.only not in name or (ids is not None and i not in ids):
             continue
+        ran += 1
         print(f"CASE {i} {name}", flush=True)
         torch.manual_seed(i)
         try:
@@ -202,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"OK {i}", flush=True)
         if torch.cuda.is_available():
             torch.cuda.empty_cache()  # sweeps run side by side: hand the wide cases' memory back
-    print(f"DONE {len(todo)} cases, {failed} failed", flush=True)
+    print(f"DONE {ran} of {len(todo)} cases, {failed} failed", flush=True)
     return 1 if failed else 0
 
 

@@ -344,7 +344,7 @@ def test_a_sanitizer_kill_counts_only_where_the_unmutated_sweep_is_clean(monkeyp
     def fake(cmd, env, **kw):  # noqa: ANN001, ANN003
         seen.append(env)
         err = mutated if MUTANT_ENV in env else unmutated
-        text = "CASE 3 attention splits=3 lse float16 B2\n" + err + ("" if err else "OK 3\nDONE 9 cases, 0 failed\n")
+        text = "CASE 3 attention splits=3 lse float16 B2\n" + err + ("" if err else "OK 3\nDONE 1 of 9 cases, 0 failed\n")
         text += f"========= ERROR SUMMARY: {int(bool(err))} errors\n"
         return subprocess.CompletedProcess(cmd, sanitizer.ERROR_EXIT if err else 0, text, "")
 

@@ -58,7 +58,7 @@ def parse(text: str) -> dict[str, Any]:
         kernel = k.group(1) if k else None
     return {"errors": errors, "case": case, "kernel": kernel,
             "line": first_err.group(1).strip() if first_err else None,
-            "done": bool(re.search(r"^DONE \d+ cases", text, re.M))}
+            "done": bool(re.search(r"^DONE \d+ (of \d+ )?cases", text, re.M))}
 
 
 def run(env_extra: dict[str, str], *, timeout: float) -> dict[str, Any]:
