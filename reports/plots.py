@@ -191,7 +191,9 @@ def signed_errors(rows: list[dict[str, Any]], family: str, path: Path, units: st
 def profiles(rows: list[dict[str, Any]], family: str, feature: str, label: str, units: str,
              path: Path) -> Path | None:
     """Error against one feature, small multiples: a row of panels per kernel, a column per dtype.
-    Mean and max error per log2 bin, the largest bound in the bin dashed, failing bins in red."""
+    Mean and max error per log2 bin, the largest bound in the bin dashed, failing bins in red.
+    Outputs flushed to zero where the contract allows it are not in the profiles (the tables'
+    `flushed` column counts them)."""
     plt = _plt()
     frows = [r for r in rows if r["family"] == family and not r["baseline"]]
     kernels = list(dict.fromkeys(r["kernel"] for r in frows))
@@ -248,7 +250,8 @@ def profiles(rows: list[dict[str, Any]], family: str, feature: str, label: str, 
                 labels.append(lab)
     height = 0.8 + 2.4 * len(kernels)
     fig.legend(handles, labels, loc="lower center", fontsize=7, ncol=len(labels))
-    fig.suptitle(f"{family}: error against {label}", fontsize=10, x=0.02, ha="left")
+    fig.suptitle(f"{family}: error against {label}\n(outputs flushed to zero where allowed are left out; "
+                 "the tables count them)", fontsize=10, x=0.02, ha="left")
     fig.tight_layout(rect=(0, 0.35 / height, 1, 1 - 0.4 / height))
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -168,3 +168,25 @@ def test_readme_first_command_as_written(tmp_path: Path) -> None:
     for family, cls in (("attention", "varlen_batches"), ("softmax", "benign")):
         assert (family, cls) in measured, f"{family} {cls} measured by no kernel"
     assert not [r for r in data["rows"] if r["errors"] and not r["baseline"]], md[-2000:]
+
+
+def test_error_profiles_leave_allowed_flushes_out() -> None:
+    """A flushed tiny output is millions of ULPs from its subnormal value but within the contract
+    (NUMERICS.md 3.4): the profiles plot it against a bound without the flush allowance, so it
+    must stay out of them, as it stays out of err/bound; the counts keep it."""
+    import numpy as np
+
+    from flashcheck.reports._stats import Accumulator, Measurement
+
+    z = np.zeros((1, 3))
+    flushed = np.array([[False, True, False]])
+    m = Measurement(dist=np.array([[0.0, 2e6, 1.0]]), ratio=z, violation=np.zeros((1, 3), bool),
+                    mismatch=np.zeros((1, 3), bool), ftz=flushed, wide=np.zeros((1, 3), bool),
+                    signed_ulp=z, signed_rel=z, y=np.array([[0.0, 2e6, 1.0]]), ybound=np.ones((1, 3)),
+                    features={k: np.array([[1.0, 1.0, 1.0]]) for k in ("n", "cond")})
+    acc = Accumulator()
+    acc.add(m)
+    assert acc.ftz == 1
+    for k in ("n", "cond"):
+        p = acc.profiles[k].summary()
+        assert sum(p["count"]) == 2 and max(p["max"]) == 1.0, (k, p)
