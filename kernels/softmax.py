@@ -307,13 +307,16 @@ def softmax_online(
 
 # --------------------------------------------------------------------------------------------
 # Split-row variant: many programs per row, each a span of ITERS chunks of BLOCK; their
-# (max, sum) pairs go to a workspace, one program per row merges any number of them (a loop
-# over the pairs, MB lanes wide), and a normalize pass writes the output.
+# (max, sum) pairs go to a workspace (the maxima, then the sums: one allocation of 2 x the grid),
+# and a normalize pass writes the output. Each normalize program merges its row's pairs itself
+# (a loop over the pairs, MB lanes wide, then the fixed tree): every program of a row computes the
+# same bits, and two launches instead of three halve the host's time per call, which in 16-bit
+# rivals the GPU's (reports/softmax_bench.md, eleventh section).
 # --------------------------------------------------------------------------------------------
 
 @triton.jit(do_not_specialize=["N", "NB", "sxm"], do_not_specialize_on_alignment=["sxn"])
 def _split_stats_kernel(
-    x_ptr, ws_m, ws_l, N, NB, sxm, sxn,
+    x_ptr, ws, N, NB, sxm, sxn,
     BLOCK: tl.constexpr, LOG2B: tl.constexpr, ITERS: tl.constexpr, X_BITS: tl.constexpr, MUL: tl.constexpr,
 ):
     N, sxm = N * MUL, sxm * MUL
@@ -332,39 +335,37 @@ def _split_stats_kernel(
         x_next = load_f32(x_row + cols * sxn, (cols < N) & (i + 1 < ITERS), X_BITS)
         m, l = _lane_fold(m, l, x)
     mx, s = _lanes_total(m, l, BLOCK, LOG2B)
-    tl.store(ws_m + pid, mx)
-    tl.store(ws_l + pid, s)
+    tl.store(ws + pid, mx)
+    tl.store(ws + tl.num_programs(0) + pid, s)
 
 
-@triton.jit(do_not_specialize=["NB"])
-def _split_merge_kernel(ws_m, ws_l, row_m, row_l, NB, MB: tl.constexpr, LOG2MB: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
+@triton.jit
+def _split_row_stats(ws_m, ws_l, NB, MB: tl.constexpr, LOG2MB: tl.constexpr):
+    """The row's (max, sum) from its NB pairs at ws_m[:NB], ws_l[:NB]."""
     lanes = tl.arange(0, MB)
     m = tl.full([MB], float("-inf"), tl.float32)
     l = tl.zeros([MB], dtype=tl.float32)
     for start in range(0, NB, MB):
         idx = start + lanes
         mask = idx < NB
-        mi = tl.load(ws_m + row * NB + idx, mask=mask, other=float("-inf"))
-        li = tl.load(ws_l + row * NB + idx, mask=mask, other=0.0)
+        mi = tl.load(ws_m + idx, mask=mask, other=float("-inf"))
+        li = tl.load(ws_l + idx, mask=mask, other=0.0)
         m, l = _lane_merge(m, l, mi, li)
-    mx, s = _lanes_total(m, l, MB, LOG2MB)
-    tl.store(row_m + row, mx)
-    tl.store(row_l + row, s)
+    return _lanes_total(m, l, MB, LOG2MB)
 
 
 @triton.jit(do_not_specialize=["N", "NB", "sxm", "sym"], do_not_specialize_on_alignment=["sxn", "syn"])
 def _split_normalize_kernel(
-    x_ptr, y_ptr, row_m, row_l, N, NB, sxm, sxn, sym, syn,
+    x_ptr, y_ptr, ws, N, NB, sxm, sxn, sym, syn,
     BLOCK: tl.constexpr, ITERS: tl.constexpr, X_BITS: tl.constexpr, Y_BITS: tl.constexpr, MUL: tl.constexpr,
+    MB: tl.constexpr, LOG2MB: tl.constexpr,
 ):
     N, sxm, sym = N * MUL, sxm * MUL, sym * MUL
     # Last span first: the spans the stats pass read last are the likeliest to be in L2.
     pid = (tl.num_programs(0) - 1 - tl.program_id(0)).to(tl.int64)
     row = pid // NB
     base = (pid % NB) * (BLOCK * ITERS)
-    mx = tl.load(row_m + row)
-    s = tl.load(row_l + row)
+    mx, s = _split_row_stats(ws + row * NB, ws + tl.num_programs(0) + row * NB, NB, MB, LOG2MB)
     lanes = tl.arange(0, BLOCK)
     for i in range(ITERS):
         _normalize_span(x_ptr + row * sxm, y_ptr + row * sym, base + (ITERS - 1 - i) * BLOCK, N,
@@ -377,7 +378,6 @@ class SplitConfig:
     iters: int  # chunks per span (decides the bits)
     merge_block: int  # lanes of the merge (decides the bits)
     num_warps: int  # stats and normalize programs (does not change the bits)
-    merge_warps: int
 
     @property
     def span(self) -> int:
@@ -395,7 +395,7 @@ def _pow2(name: str, v: int, lo: int = 2) -> int:
 
 def split_config(n: int = 0, dtype: torch.dtype = torch.float16, *, block_n: int | None = None,
                  chunks_per_block: int | None = None, merge_block: int | None = None,
-                 num_warps: int | None = None, merge_warps: int | None = None) -> SplitConfig:
+                 num_warps: int | None = None) -> SplitConfig:
     if INTERPRET:  # several spans and several merge steps on CPU-sized rows
         # 64 lanes, the narrowest tile the strategies align their -inf blocks to (strategies/
         # softmax.py BLOCKS): the interpreter's cost is per operation, not per element. With 32
@@ -410,8 +410,7 @@ def split_config(n: int = 0, dtype: torch.dtype = torch.float16, *, block_n: int
         raise ValueError(f"chunks_per_block must be >= 1, got {iters}")
     mb = _pow2("merge_block", merge_block) if merge_block is not None else mb
     warps = num_warps or (1 if INTERPRET else max(1, min(8, block // 1024)))
-    mwarps = merge_warps or (1 if INTERPRET else 4)
-    return SplitConfig(block, iters, mb, warps, mwarps)
+    return SplitConfig(block, iters, mb, warps)
 
 
 @on_input_device
@@ -424,39 +423,33 @@ def softmax_split(
     chunks_per_block: int | None = None,
     merge_block: int | None = None,
     num_warps: int | None = None,
-    merge_warps: int | None = None,
 ) -> torch.Tensor:
     """Split-row softmax for a few enormous rows: spans of block_n * chunks_per_block columns
-    each give a (max, sum) pair, one program per row merges any number of pairs, and a third
-    pass normalizes. Three passes over memory (read, read, write)."""
+    each give a (max, sum) pair, and a normalize pass merges the row's pairs (merge_block lanes
+    wide) and writes the output. Two launches, three passes over memory (read, read, write)."""
     for name, v, lo, pow2 in (("block_n", block_n, 2, True), ("chunks_per_block", chunks_per_block, 1, False),
-                              ("merge_block", merge_block, 2, True), ("num_warps", num_warps, 1, True),
-                              ("merge_warps", merge_warps, 1, True)):
+                              ("merge_block", merge_block, 2, True), ("num_warps", num_warps, 1, True)):
         check_knob(name, v, lo=lo, pow2=pow2)
     y = _prepare(x, out_dtype, out)
     m, n = x.shape
     cfg = split_config(n, x.dtype, block_n=block_n, chunks_per_block=chunks_per_block,
-                       merge_block=merge_block, num_warps=num_warps, merge_warps=merge_warps)
+                       merge_block=merge_block, num_warps=num_warps)
     if x.numel() == 0:
         return y
     nb = cfg.n_blocks(n)
-    ws = torch.empty((2, m * nb), dtype=torch.float32, device=x.device)
-    stats = torch.empty((2, m), dtype=torch.float32, device=x.device)
+    ws = torch.empty(2 * m * nb, dtype=torch.float32, device=x.device)
     xk, yk = kernel_view(x), kernel_view(y)
     xb, yb = bf16_as_bits(x.dtype), bf16_as_bits(y.dtype)
     (n_, sxm, sym), mul = by16(n, x.stride(0), y.stride(0))
     _split_stats_kernel[(m * nb,)](
-        xk, ws[0], ws[1], n_, nb, sxm, x.stride(1),
+        xk, ws, n_, nb, sxm, x.stride(1),
         BLOCK=cfg.block, LOG2B=cfg.block.bit_length() - 1, ITERS=cfg.iters, X_BITS=xb, MUL=mul,
         num_warps=cfg.num_warps,
     )
-    _split_merge_kernel[(m,)](
-        ws[0], ws[1], stats[0], stats[1], nb, MB=cfg.merge_block,
-        LOG2MB=cfg.merge_block.bit_length() - 1, num_warps=cfg.merge_warps,
-    )
     _split_normalize_kernel[(m * nb,)](
-        xk, yk, stats[0], stats[1], n_, nb, sxm, x.stride(1), sym, y.stride(1),
-        BLOCK=cfg.block, ITERS=cfg.iters, X_BITS=xb, Y_BITS=yb, MUL=mul, num_warps=cfg.num_warps,
+        xk, yk, ws, n_, nb, sxm, x.stride(1), sym, y.stride(1),
+        BLOCK=cfg.block, ITERS=cfg.iters, X_BITS=xb, Y_BITS=yb, MUL=mul, MB=cfg.merge_block,
+        LOG2MB=cfg.merge_block.bit_length() - 1, num_warps=cfg.num_warps,
     )
     return y
 

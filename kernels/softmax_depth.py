@@ -63,7 +63,7 @@ def online_depth(n: int, *, block_n: int | None = None, num_warps: int | None = 
 
 
 def split_depth(n: int, *, block_n: int | None = None, chunks_per_block: int | None = None,
-                merge_block: int | None = None, num_warps: int | None = None, merge_warps: int | None = None) -> int:
+                merge_block: int | None = None, num_warps: int | None = None) -> int:
     worst = 1
     for dt in (torch.float16, torch.float32):
         c = split_config(n, dt, block_n=block_n, chunks_per_block=chunks_per_block, merge_block=merge_block)

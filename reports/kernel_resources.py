@@ -106,10 +106,10 @@ def _softmax_launch(dt: str, kernel: str, warps: int | None):
         common = dict(by16, x_ptr=ptr, NB=nb, BLOCK=block, ITERS=cfg.iters)
         if kernel == "split_stats":
             fn = sm._split_stats_kernel
-            values = dict(common, ws_m="*fp32", ws_l="*fp32", LOG2B=block.bit_length() - 1)
+            values = dict(common, ws="*fp32", LOG2B=block.bit_length() - 1)
         else:
             fn = sm._split_normalize_kernel
-            values = dict(common, y_ptr=ptr, row_m="*fp32", row_l="*fp32")
+            values = dict(common, y_ptr=ptr, ws="*fp32", MB=cfg.merge_block, LOG2MB=cfg.merge_block.bit_length() - 1)
     return fn, values, warps or nw, 3, str(block)
 
 

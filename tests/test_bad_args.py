@@ -58,7 +58,6 @@ SOFTMAX_CASES: dict[str, tuple[Callable[[Callable], Any], type[Exception], str]]
     "split chunks_per_block 0": (lambda f: f(_x(), chunks_per_block=0), ValueError, "chunks_per_block"),
     "split chunks_per_block '2'": (lambda f: f(_x(), chunks_per_block="2"), TypeError, "chunks_per_block"),
     "split merge_block 6": (lambda f: f(_x(), merge_block=6), ValueError, "merge_block"),
-    "split merge_warps -4": (lambda f: f(_x(), merge_warps=-4), ValueError, "merge_warps"),
     "out stride 0": (lambda f: f(_x(), out=torch.empty(3, device=DEVICE).expand(2, 3)), ValueError, "overlapping"),
     "out overlapping strides": (lambda f: f(_x(), out=torch.empty(4, device=DEVICE).as_strided((2, 3), (1, 1))),
                                 ValueError, "overlapping"),
@@ -112,7 +111,7 @@ def test_softmax_still_accepts_good_arguments(fn: str) -> None:
     assert torch.allclose(f(x, out=out), want, atol=1e-6)
     knobs = {"softmax_row": {"rows_per_program": 1, "num_warps": 1, "block_n": 3},
              "softmax_online": {"block_n": 2, "num_warps": 1},
-             "softmax_split": {"block_n": 2, "chunks_per_block": 1, "merge_block": 2, "merge_warps": 1}}[fn]
+             "softmax_split": {"block_n": 2, "chunks_per_block": 1, "merge_block": 2}}[fn]
     assert torch.allclose(f(x, **knobs), want, atol=1e-6)
     with torch.no_grad():
         assert torch.allclose(f(x.clone().requires_grad_()), want, atol=1e-6)

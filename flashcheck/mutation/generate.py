@@ -46,7 +46,7 @@ ALL_TARGETS: tuple[Target, ...] = (
         "_softmax_row_kernel": ("softmax_row",),
         "_softmax_online_kernel": ("softmax_online",),
         "_split_stats_kernel": ("softmax_split",),
-        "_split_merge_kernel": ("softmax_split",),
+        "_split_row_stats": ("softmax_split",),
         "_split_normalize_kernel": ("softmax_split",),
     }, SOFTMAX_TESTS),
     Target("attention", "attention", {"_attn_fwd_kernel": ("attention",)}, ATTENTION_TESTS, BF16_BITS_TESTS),
