@@ -28,31 +28,42 @@ PREFILL = ((4, 16, 4096, 64, False), (4, 16, 4096, 128, True))  # B, H, S, D, ca
 HOST_CALLS, GRAPH_CALLS, GRAPH_REPLAYS = 500, 10, 20
 
 
-def host_us(fn) -> float:
-    for _ in range(20):
+def host_us(fn, *, calls: int = HOST_CALLS, warmup: int = 20) -> float:
+    """Host microseconds per call: `calls` calls queued back to back, timed before synchronising
+    (the GPU's speed does not enter while the launch queue has room; keep calls x launches a call
+    well under its ~1000 entries)."""
+    for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    for _ in range(HOST_CALLS):
+    for _ in range(calls):
         fn()
     t1 = time.perf_counter()
     torch.cuda.synchronize()
-    return (t1 - t0) / HOST_CALLS * 1e6
+    return (t1 - t0) / calls * 1e6
+
+
+def graph_of(fn, *, calls: int = 1) -> torch.cuda.CUDAGraph:
+    """`calls` calls of fn captured in one CUDA graph, after a warm-up on a side stream as torch
+    asks: a replay launches them without any host work, so its time is the GPU's alone. Raises
+    when fn cannot be captured."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    return graph
 
 
 def graph_us(fn) -> float | None:
     """GPU time per call from a replayed CUDA graph; None when fn cannot be captured."""
     try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(GRAPH_CALLS):
-                fn()
+        graph = graph_of(fn, calls=GRAPH_CALLS)
     except Exception:  # noqa: BLE001  (a backend that refuses capture: reported as '-')
         return None
     graph.replay()

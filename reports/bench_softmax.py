@@ -16,7 +16,6 @@ import datetime as dt
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -32,6 +31,7 @@ import triton
 from triton.testing import do_bench
 
 from .bench_attention import write_sections
+from .bench_launch import graph_of, host_us
 
 SHAPES = [(65536, 1024), (16384, 4096), (4096, 16384), (2048, 32768), (1024, 65536), (256, 262144), (64, 1048576),
           (1, 67108864)]
@@ -45,33 +45,6 @@ def gbps(ms: float, nbytes: int) -> float:
 
 def bench(fn, *, rep: int = 100) -> float:
     return do_bench(fn, warmup=25, rep=rep, return_mode="median")
-
-
-def graph_of(fn) -> torch.cuda.CUDAGraph:
-    """fn captured in a CUDA graph (after a warm-up on a side stream, as torch asks): its replay
-    launches every kernel at once, so its time is the GPU's alone, without Python's launch cost."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return g
-
-
-def host_us(fn, *, calls: int = 30) -> float:
-    """Host microseconds per call: calls launched back to back without a sync (they only queue,
-    the GPU's speed does not enter as long as the launch queue has room)."""
-    fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t = time.perf_counter() - t0
-    torch.cuda.synchronize()
-    return t / calls * 1e6
 
 
 def candidates(m: int, n: int, dtype: torch.dtype) -> list[str]:
@@ -117,7 +90,7 @@ def run_main(shapes, dtypes, *, rep: int) -> tuple[list[dict], list[str]]:
             rec["softmax"] = gbps(bench(disp, rep=rep), nbytes)
             g = graph_of(disp)
             rec["graph"] = gbps(bench(g.replay, rep=rep), nbytes)
-            rec["host_us"] = host_us(disp)
+            rec["host_us"] = host_us(disp, calls=30, warmup=1)  # 30 calls: long rows stay within the launch queue
             del g
             rows.append(rec)
             print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in rec.items()}),
