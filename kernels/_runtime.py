@@ -28,7 +28,8 @@ DEVICE: torch.device = torch.device("cpu" if INTERPRET else "cuda")
 import triton  # noqa: E402  (after the switch above, on purpose)
 import triton.language as tl  # noqa: E402
 
-__all__ = ["DEVICE", "INTERPRET", "triton", "tl", "check_device", "on_input_device", "settle_cache_keys"]
+__all__ = ["DEVICE", "INTERPRET", "triton", "tl", "check_device", "launch", "on_input_device", "settle_cache_keys",
+           "spec_key"]
 
 F = TypeVar("F", bound=Callable[..., torch.Tensor])
 
@@ -79,3 +80,78 @@ def settle_cache_keys(*modules) -> None:
         for value in list(vars(module).values()):
             if isinstance(value, JITFunction):
                 value.cache_key  # noqa: B018  (computed and kept by Triton)
+
+
+# --------------------------------------------------------------------------------------------
+# Replaying compiled kernels
+#
+# `fn[grid](*args, **meta)` costs Triton 3.6 tens of microseconds of Python a launch: it binds
+# the arguments, classifies each one (native_specialize_impl), hashes the result and looks the
+# binary up. A decode call's kernel runs for 10-30 us on an H200, and that machine's host spent
+# 128-216 us per attention call, Triton's `run` about half of it (reports/attention_bench.md,
+# twelfth section). `launch` goes through Triton once per specialization and then calls the
+# compiled kernel it returned (`CompiledKernel[grid](*all_args)`, which still honours launch
+# hooks and takes the current stream). Its key refines Triton's: every fact Triton specializes
+# on (a tensor's dtype and 16-byte alignment; an int's value 1, divisibility by 16 and width;
+# constexpr values; the launch options) is in it, so two calls that share a key share a binary.
+# --------------------------------------------------------------------------------------------
+
+REPLAY = True  # benchmarks turn it off to time Triton's own launch path against it
+_REPLAYS: dict[tuple, tuple] = {}
+
+
+def _arg_class(a):
+    if isinstance(a, bool):
+        return bool, a
+    if isinstance(a, int):
+        return a == 1, a % 16 == 0, -2**31 <= a < 2**31, a < 2**63
+    if isinstance(a, float):
+        return float
+    return type(a), a  # None, a dtype: hashable or not replayed (TypeError below)
+
+
+def spec_key(args: tuple, meta: dict) -> tuple:
+    """What a launch's binary depends on beyond the tensors' data, for `launch(key=...)`: a caller
+    whose non-tensor arguments repeat (a cached plan) computes it once."""
+    return tuple(_arg_class(a) for a in args if not isinstance(a, torch.Tensor)), tuple(meta.items())
+
+
+def launch(fn, grid: tuple[int, ...], args: tuple, meta: dict, *, key: tuple | None = None) -> None:
+    """`fn[grid](*args, **meta)`, replaying the binary of an earlier launch of the same
+    specialization. `key`: `spec_key(args, meta)` computed by a caller that repeats it; None
+    computes it here. Under the interpreter every call is Triton's own."""
+    if INTERPRET or not REPLAY:
+        fn[grid](*args, **meta)
+        return
+    try:
+        ptrs = tuple((a.dtype, a.data_ptr() % 16 == 0) for a in args if isinstance(a, torch.Tensor))
+        full = (fn, torch.cuda.current_device(), ptrs, key if key is not None else spec_key(args, meta))
+        hit = _REPLAYS.get(full)
+    except TypeError:  # an unhashable argument: Triton's path, uncached
+        fn[grid](*args, **meta)
+        return
+    if hit is not None:
+        compiled, tail = hit
+        compiled[grid + (1,) * (3 - len(grid))](*args, *tail)
+        return
+    compiled = fn[grid](*args, **meta)
+    tail = _constexpr_tail(fn, len(args), meta)
+    if compiled is not None and tail is not None:
+        _REPLAYS[full] = compiled, tail
+
+
+def _constexpr_tail(fn, n_args: int, meta: dict) -> tuple | None:
+    """The values of fn's parameters after the first n_args, in signature order (meta's or the
+    defaults): the arguments a compiled kernel takes after those. None when one is not a
+    constexpr or has no value (not replayed)."""
+    tail = []
+    for param in fn.params[n_args:]:
+        if not param.is_constexpr:
+            return None
+        if param.name in meta:
+            tail.append(meta[param.name])
+        elif param.has_default:
+            tail.append(param.default)
+        else:
+            return None
+    return tuple(tail)

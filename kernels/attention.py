@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import torch
 
-from ._runtime import on_input_device
+from ._runtime import launch, on_input_device
 from ._common import (
     DEVICE, LOG2E, kernel_view, load_f32_zero, store_f32, tl, triton,
 )
@@ -511,9 +511,9 @@ def _launch(q4, k4, v4, o4, lse3, *, batch: int, m_max: int, n_max: int, cu_q, c
         m_p = l_p = l32_p = o4
 
     def run(stages: int) -> None:
-        _attn_fwd_kernel[plan.grid](
-            kernel_view(q4), kernel_view(k4), kernel_view(v4), out_t, lse_t, kvl, cq, ck, mk, m_p, l_p, l32_p,
-            *plan.args, num_stages=stages, **plan.meta)
+        launch(_attn_fwd_kernel, plan.grid,
+               (kernel_view(q4), kernel_view(k4), kernel_view(v4), out_t, lse_t, kvl, cq, ck, mk, m_p, l_p, l32_p,
+                *plan.args), {**plan.meta, "num_stages": stages}, key=(plan.replay_key, stages))
 
     _with_stages_that_fit(run, plan.stage_key, plan.cfg.num_stages, fixed=num_stages is not None)
     if splits > 1:

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from ._common import INTERPRET, LOG2E, bf16_as_bits, by16, triton
+from ._runtime import spec_key
 from .attention_args import effective_scale, effective_softcap
 from .attention_config import _DECODE_BLOCK_M, AttnConfig, attn_config, auto_splits
 
@@ -29,6 +30,7 @@ class LaunchPlan:
     args: tuple  # the kernel's arguments after its 12 pointers, in its order
     meta: dict  # constexprs and num_warps
     stage_key: tuple  # the variant, for the pipelining depth that fits (`_with_stages_that_fit`)
+    replay_key: tuple  # `spec_key(args, meta)`, once per plan (`kernels/_runtime.py:launch`)
 
 
 def _wide(cfg: AttnConfig, *strides: tuple[int, ...]) -> bool:
@@ -126,4 +128,4 @@ def launch_plan(dtype: torch.dtype, q_shape, q_stride, k_shape, k_stride, v_shap
             int(right >= 0 and not pack and splits == 1), keys_per_split, part_o, part_l)
     mk_dtype = torch.uint8 if mask_kind == 1 else (mask_dtype if mask_kind == 2 else dtype)
     return LaunchPlan(cfg, grid, splits, mask_kind, args, meta,
-                      (dtype, cfg, mk_dtype, tuple(meta.items())))
+                      (dtype, cfg, mk_dtype, tuple(meta.items())), spec_key(args, meta))

@@ -77,6 +77,21 @@ def graph_us(fn) -> float | None:
     return start.elapsed_time(end) * 1e3 / (GRAPH_REPLAYS * GRAPH_CALLS)
 
 
+def tritons_launch(fn):
+    """fn with the compiled-kernel replay off (`kernels/_runtime.py:launch`): every launch through
+    Triton's `JITFunction.run`, to time the replay against in the same run."""
+    from flashcheck.kernels import _runtime
+
+    def call():
+        was, _runtime.REPLAY = _runtime.REPLAY, False
+        try:
+            return fn()
+        finally:
+            _runtime.REPLAY = was
+
+    return call
+
+
 def bench_launch(dtypes, quick: bool, budget, *, rep: int, log) -> list[dict]:
     from torch.nn.attention import SDPBackend
 
@@ -92,6 +107,7 @@ def bench_launch(dtypes, quick: bool, budget, *, rep: int, log) -> list[dict]:
         k, v = (torch.randn(b, hkv, n, d, device=DEV, dtype=dtypes[0], generator=g) for _ in range(2))
         fns = {"ours, split 1": lambda: attention(q, k, v),  # noqa: B023  (called in this iteration)
                "ours, auto": lambda: attention(q, k, v, num_splits=0)}  # noqa: B023
+        fns.update({f"{name}, Triton's launch": tritons_launch(fn) for name, fn in list(fns.items())})
         for name, be in (("SDPA flash", SDPBackend.FLASH_ATTENTION), ("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION)):
             fns[name] = _sdpa(be, q, k, v, False, enable_gqa=True)
         rows += _time_all(fns, f"decode B {b}, N {n}, Hq / Hkv {hq} / {hkv}", str(dtypes[0]).removeprefix("torch."), rep, log)
@@ -128,7 +144,9 @@ def md_launch(rows: list[dict], command: str, skipped: int, table) -> str:
              f"{HOST_CALLS} calls issued back to back (before synchronising); `GPU`: a CUDA graph of "
              f"{GRAPH_CALLS} calls replayed ('-': the call cannot be captured); `do_bench`: the decode table's "
              "measure. Where host > GPU the call is bound by the host (argument checks, Python, the launch), "
-             "and do_bench shows part of the host's time.")
+             "and do_bench shows part of the host's time. `Triton's launch`: the same call with every launch "
+             "through Triton's `JITFunction.run` instead of replaying the compiled kernel "
+             "(`kernels/_runtime.py:launch`).")
     head = ["dtype", "case", "call", "host", "GPU", "do_bench", "host / GPU"]
     fmt = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
     out = [[r["dtype"], r["case"], r["name"], fmt(r["host_us"]), fmt(r["graph_us"]), fmt(r["do_bench_us"]),
