@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ._common import bf16_as_bits, kernel_view, store_f32, tl, triton
-from ._runtime import launch
+from ._runtime import cdiv, launch
 
 
 # Sizes and strides vary per call and feed no vector width: one binary per (BLOCK_DV, dtype, lse).
@@ -72,7 +72,7 @@ def merge_splits(acc_p: torch.Tensor, m_p: torch.Tensor, l_p: torch.Tensor, l32_
         lse_h, sl_t, sl_h = hq, lse3.stride(2), lse3.stride(1)
     else:  # o (B, Hq, M, Dv) and lse (B, Hq, M), both contiguous: the same row order
         lse_h, sl_t, sl_h = 1, 1, 0
-    launch(_attn_merge_kernel, (triton.cdiv(rows_o, block_r),),
+    launch(_attn_merge_kernel, (cdiv(rows_o, block_r),),
            (acc_p, m_p, l_p, l32_p, kernel_view(o4), lse3 if lse3 is not None else o4, rows_o, dv, splits,
             o4.numel(), rows_o, lse_h, sl_t, sl_h),
            dict(BLOCK_R=block_r, BLOCK_DV=block_dv, RETURN_LSE=lse3 is not None, BF16_BITS=bf16_as_bits(o4.dtype),

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._runtime import launch, on_input_device
+from ._runtime import cdiv, launch, on_input_device
 from ._common import (
     DEVICE, INTERPRET, LOG2E, bf16_as_bits, by16, check_float, check_knob, check_out, kernel_view, load_f32, store_f32, tl,
     triton,
@@ -141,7 +141,7 @@ def softmax_row(
     xk, yk = kernel_view(x), kernel_view(y)
     (n_, sxm, sym), mul = by16(n, x.stride(0), y.stride(0))
     launch(
-        _softmax_row_kernel, (triton.cdiv(m, cfg.rows),), (xk, yk, m, n_, sxm, x.stride(1), sym, y.stride(1)),
+        _softmax_row_kernel, (cdiv(m, cfg.rows),), (xk, yk, m, n_, sxm, x.stride(1), sym, y.stride(1)),
         dict(BLOCK_N=cfg.block_n, ROWS=cfg.rows, X_BITS=bf16_as_bits(x.dtype), Y_BITS=bf16_as_bits(y.dtype),
              MUL=mul, RELOAD=cfg.reload, num_warps=cfg.num_warps),
     )  # one line per line of the Triton call it replaced: mutants_triage.json keys the kernels' lines
