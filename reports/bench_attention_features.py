@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from .bench_launch import bench_launch, md_launch
+from .bench_launch import bench_launch, graph_us, md_launch
 from .bench_attention import (
     DTYPES, OUT, _bench, _sdpa, command_line, flops, max_diff, no_gpu, run_info, time_sdpa, write_sections,
 )
@@ -190,6 +190,7 @@ def bench_decode(dtypes, quick: bool, budget: Budget) -> list[dict]:
 
     b, hq, d = DECODE
     copy_ms: dict[int, float] = {}  # by byte count: the copy is the same for fp16 and bf16
+    copy_graph_us: dict[int, float | None] = {}
     rows = []
     for dtype, n, hkv in itertools.product(dtypes, (4096, 65536) if quick else CACHE, (32, 4) if quick else KV_HEADS):
         if not budget.case("decode"):
@@ -202,6 +203,7 @@ def bench_decode(dtypes, quick: bool, budget: Budget) -> list[dict]:
             src = torch.empty(nbytes, dtype=torch.uint8, device=DEV)
             dst = torch.empty_like(src)
             copy_ms[nbytes] = _bench(lambda: dst.copy_(src), DECODE_REP)
+            copy_graph_us[nbytes] = graph_us(lambda: dst.copy_(src))  # noqa: B023  (called here)
             del src, dst
         times, ref = time_sdpa(q, k, v, False, SDPA_ALL, rep=DECODE_REP, log=log, enable_gqa=True)
         ref = _math_ref(q, k, v, False, enable_gqa=True) if ref is None else ref
@@ -211,12 +213,18 @@ def bench_decode(dtypes, quick: bool, budget: Budget) -> list[dict]:
         for sp in SPLITS:
             diff = max(diff, max_diff(attention(q, k, v, num_splits=sp), ref))
             ours[sp] = _bench(lambda: attention(q, k, v, num_splits=sp), DECODE_REP)  # noqa: B023  (called here)
+        gpu_us = graph_us(lambda: attention(q, k, v, num_splits=0))  # noqa: B023  (called here)
         rows.append({"dtype": _dn(dtype), "n": n, "hq": hq, "hkv": hkv, "bytes": nbytes, "copy_ms": copy_ms[nbytes],
-                     "auto_splits": chosen[0] if chosen else None, "ours_ms": ours, "sdpa_ms": times, "max_diff": diff})
+                     "auto_splits": chosen[0] if chosen else None, "ours_ms": ours, "sdpa_ms": times, "max_diff": diff,
+                     "auto_graph_us": gpu_us, "copy_graph_us": copy_graph_us[nbytes]})
         log(f"decode {_dn(dtype)} N {n} Hkv {hkv}: ours {({s: round(t * 1e3, 1) for s, t in ours.items()})} us "
             f"(auto: {chosen[0] if chosen else '?'} splits), SDPA {times}, copy {copy_ms[nbytes] * 1e3:.1f} us, "
             f"max diff {diff:.3g}")
     return rows
+
+
+def _graph_pct(copy_us: float | None, ours_us: float | None) -> str:
+    return "-" if copy_us is None or not ours_us else f"{100 * copy_us / (2 * ours_us):.0f}%"
 
 
 def md_decode(rows: list[dict], command: str, skipped: int) -> str:
@@ -227,10 +235,13 @@ def md_decode(rows: list[dict], command: str, skipped: int) -> str:
              "K/V bytes = 2 B Hkv N D itemsize (K and V each read once). copy GB/s = 2 bytes / time of "
              "`dst.copy_(src)` on buffers of that many bytes, timed in this run (a copy reads and writes "
              "them). `% copy` = (bytes / time of ours) / copy GB/s = t_copy / (2 t_ours): the rate ours reads "
-             "K/V at as a share of what a copy moves. SDPA: `enable_gqa=True`, backend forced ('-': refused). "
+             "K/V at as a share of what a copy moves. `auto GPU`: ours-auto's time per call replayed from a "
+             "CUDA graph (the GPU alone: no host time, which bounds the short caches' do_bench times), and "
+             "`GPU % copy` the same share with both times from graphs ('-': no capture). "
+             "SDPA: `enable_gqa=True`, backend forced ('-': refused). "
              "`auto / best SDPA`: the fastest SDPA time over ours-auto's (> 1: ours faster). max abs diff: "
              "the largest over every ours column, against the first SDPA backend that ran.")
-    head = ["dtype", "N", "Hq / Hkv", "copy GB/s", "auto (splits)", "auto % copy",
+    head = ["dtype", "N", "Hq / Hkv", "copy GB/s", "auto (splits)", "auto % copy", "auto GPU", "GPU % copy",
             *(f"split {s}" for s in SPLITS), "best % copy", "SDPA flash", "SDPA cuDNN", "SDPA efficient",
             "auto / best SDPA", "max abs diff"]
     out = []
@@ -241,6 +252,7 @@ def md_decode(rows: list[dict], command: str, skipped: int) -> str:
         us = lambda ms: _f(None if ms is None else ms * 1e3, ".1f")  # noqa: E731
         out.append([r["dtype"], str(r["n"]), f"{r['hq']} / {r['hkv']}", f"{2 * r['bytes'] / (r['copy_ms'] * 1e6):.0f}",
                     f"{us(r['ours_ms']['auto'])} ({r['auto_splits']})", pct(r["ours_ms"]["auto"]),
+                    _f(r.get("auto_graph_us"), ".1f"), _graph_pct(r.get("copy_graph_us"), r.get("auto_graph_us")),
                     *(f"**{us(t)}**" if s == fastest else us(t) for s, t in fixed.items()), pct(fixed[fastest]),
                     *(us(r["sdpa_ms"][n]) for n in SDPA_ALL), _x(_best(r["sdpa_ms"]), r["ours_ms"]["auto"]),
                     f"{r['max_diff']:.2g}"])
