@@ -102,7 +102,15 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-REPLAY = True  # benchmarks turn it off to time Triton's own launch path against it
+def replay_supported(version: str) -> bool:
+    """Whether this Triton's compiled kernels take the launch `launch` replays: every argument in
+    signature order, constexprs included (`CompiledKernel[grid](*args)`), as Triton 3.6's own
+    `JITFunction.run` passes them. Only the versions a GPU lane has run replay; others launch
+    through Triton (correct, and slower on the host)."""
+    return version.split(".")[:2] == ["3", "6"]
+
+
+REPLAY = replay_supported(triton.__version__)  # benchmarks turn it off to time Triton's own launch path
 _REPLAYS: dict[tuple, tuple] = {}
 
 

@@ -124,3 +124,9 @@ def test_the_interpreter_and_the_switch_always_take_tritons_path(gpu_like, monke
             for _ in range(2):
                 R.launch(fn, (1,), (torch.zeros(8), 16, 1.0), dict(BLOCK=16))
         assert kinds(fn) == ["triton", "triton"]
+
+
+@pytest.mark.parametrize("version, ok", [("3.6.0", True), ("3.6.1+gitabc", True), ("3.5.1", False), ("3.7.0", False),
+                                         ("4.6.0", False), ("3.60.0", False)])
+def test_only_the_triton_versions_a_lane_ran_replay(version: str, ok: bool) -> None:
+    assert R.replay_supported(version) is ok
