@@ -172,13 +172,18 @@ def softmax_row(
 
 
 @triton.jit
-def _lane_fold(m, l, x):
-    """Fold the values x (one per lane) into the lanes' running (max, sum)."""
-    e = tl.exp2(-tl.abs(x - m) * _LOG2E)
-    e = tl.where(x == float("-inf"), 0.0, e)
-    l = tl.where(x > m, l * e + 1.0, l + e)
-    m = tl.maximum(m, x)
-    return m, l
+def _group_fold(m, l, x, LANES: tl.constexpr, G: tl.constexpr, LOG2G: tl.constexpr):
+    """Fold x ([LANES, G]: each lane's G contiguous values, 16 bytes of input) into the lanes'
+    running (max, sum): one rescale a lane, then an exp2 and a fixed pairwise tree over the group.
+    Against a fold per value this halves the instructions a value (the 16-bit first pass was
+    bound by instruction issue on an H200: reports/softmax_bench.md, twelfth section)."""
+    mn = tl.maximum(m, tl.max(x, axis=1))
+    ms = tl.where(mn == float("-inf"), 0.0, mn)  # an empty lane stays (-inf, 0): no -inf - -inf
+    sc = tl.exp2((m - ms) * _LOG2E)  # m = -inf: 0; m = mn: exactly 1
+    p = tl.exp2((x - ms[:, None]) * _LOG2E)  # the difference first: exact near the max, as the bound assumes
+    for i in tl.static_range(LOG2G):
+        p = tl.sum(tl.reshape(p, (LANES, 2, G >> (i + 1))), axis=1)
+    return mn, l * sc + tl.sum(p, axis=1)  # the last sum is of one value: no rounding
 
 
 @triton.jit
@@ -230,26 +235,27 @@ def _normalize_span(x_row, y_row, start, N, sxn, syn, mx, s, lanes,
 @triton.jit(do_not_specialize=["N", "sxm", "sym"], do_not_specialize_on_alignment=["sxn", "syn"])
 def _softmax_online_kernel(
     x_ptr, y_ptr, N, sxm, sxn, sym, syn,
-    BLOCK: tl.constexpr, LOG2B: tl.constexpr, X_BITS: tl.constexpr, Y_BITS: tl.constexpr, MUL: tl.constexpr,
+    BLOCK: tl.constexpr, X_BITS: tl.constexpr, Y_BITS: tl.constexpr, MUL: tl.constexpr,
+    G: tl.constexpr, LOG2G: tl.constexpr, LOG2L: tl.constexpr,
 ):
     N, sxm, sym = N * MUL, sxm * MUL, sym * MUL
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * sxm
     y_row = y_ptr + row * sym
     lanes = tl.arange(0, BLOCK)
-    m = tl.full([BLOCK], float("-inf"), tl.float32)
-    l = tl.zeros([BLOCK], dtype=tl.float32)
+    offs = (tl.arange(0, BLOCK // G)[:, None] * G + tl.arange(0, G)[None, :]).to(tl.int64)
+    m = tl.full([BLOCK // G], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK // G], dtype=tl.float32)
     n_chunks = tl.cdiv(N, BLOCK)
     # Each iteration issues the next chunk's load before folding the current one (two chunks
     # in flight per thread); the last prefetch is fully masked.
-    cols = lanes.to(tl.int64)
-    x_next = load_f32(x_row + cols * sxn, cols < N, X_BITS)
+    x_next = load_f32(x_row + offs * sxn, offs < N, X_BITS)
     for k in range(0, n_chunks):
         x = x_next
-        cols = tl.cast(k + 1, tl.int64) * BLOCK + lanes
+        cols = tl.cast(k + 1, tl.int64) * BLOCK + offs
         x_next = load_f32(x_row + cols * sxn, cols < N, X_BITS)
-        m, l = _lane_fold(m, l, x)
-    mx, s = _lanes_total(m, l, BLOCK, LOG2B)
+        m, l = _group_fold(m, l, x, BLOCK // G, G, LOG2G)
+    mx, s = _lanes_total(m, l, BLOCK // G, LOG2L)
     # Second pass backwards: the chunks read last are the likeliest to be still in L2.
     for k in range(0, n_chunks):
         _normalize_span(x_row, y_row, tl.cast(n_chunks - 1 - k, tl.int64) * BLOCK, N, sxn, syn, mx, s, lanes,
@@ -260,6 +266,7 @@ def _softmax_online_kernel(
 class OnlineConfig:
     block: int
     num_warps: int
+    group: int = 1  # contiguous values a lane folds at once (decides the bits with block)
 
 
 def online_config(n: int = 0, dtype: torch.dtype = torch.float16, *, block_n: int | None = None,
@@ -274,7 +281,7 @@ def online_config(n: int = 0, dtype: torch.dtype = torch.float16, *, block_n: in
     else:  # from the H200 sweep in reports/bench_softmax.py --tune
         block = 4096
     warps = num_warps or (1 if INTERPRET else max(1, min(8, block // 1024)))
-    return OnlineConfig(block, warps)
+    return OnlineConfig(block, warps, group_size(block, dtype))
 
 
 @on_input_device
@@ -299,8 +306,8 @@ def softmax_online(
     (n_, sxm, sym), mul = by16(n, x.stride(0), y.stride(0))
     launch(
         _softmax_online_kernel, (m,), (xk, yk, n_, sxm, x.stride(1), sym, y.stride(1)),
-        dict(BLOCK=cfg.block, LOG2B=cfg.block.bit_length() - 1, X_BITS=bf16_as_bits(x.dtype),
-             Y_BITS=bf16_as_bits(y.dtype), MUL=mul, num_warps=cfg.num_warps),
+        dict(BLOCK=cfg.block, X_BITS=bf16_as_bits(x.dtype), Y_BITS=bf16_as_bits(y.dtype), MUL=mul, G=cfg.group,
+             LOG2G=_log2(cfg.group), LOG2L=_log2(cfg.block // cfg.group), num_warps=cfg.num_warps),
     )
     return y
 
@@ -317,24 +324,25 @@ def softmax_online(
 @triton.jit(do_not_specialize=["N", "NB", "sxm"], do_not_specialize_on_alignment=["sxn"])
 def _split_stats_kernel(
     x_ptr, ws, N, NB, sxm, sxn,
-    BLOCK: tl.constexpr, LOG2B: tl.constexpr, ITERS: tl.constexpr, X_BITS: tl.constexpr, MUL: tl.constexpr,
+    BLOCK: tl.constexpr, ITERS: tl.constexpr, X_BITS: tl.constexpr, MUL: tl.constexpr,
+    G: tl.constexpr, LOG2G: tl.constexpr, LOG2L: tl.constexpr,
 ):
     N, sxm = N * MUL, sxm * MUL
     pid = tl.program_id(0).to(tl.int64)
     row = pid // NB
     base = (pid % NB) * (BLOCK * ITERS)
     x_row = x_ptr + row * sxm
-    lanes = tl.arange(0, BLOCK)
-    m = tl.full([BLOCK], float("-inf"), tl.float32)
-    l = tl.zeros([BLOCK], dtype=tl.float32)
-    cols = base + lanes
+    offs = tl.arange(0, BLOCK // G)[:, None] * G + tl.arange(0, G)[None, :]
+    m = tl.full([BLOCK // G], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK // G], dtype=tl.float32)
+    cols = base + offs
     x_next = load_f32(x_row + cols * sxn, cols < N, X_BITS)
     for i in range(ITERS):  # prefetch as in the online kernel
         x = x_next
-        cols = base + (i + 1) * BLOCK + lanes
+        cols = base + (i + 1) * BLOCK + offs
         x_next = load_f32(x_row + cols * sxn, (cols < N) & (i + 1 < ITERS), X_BITS)
-        m, l = _lane_fold(m, l, x)
-    mx, s = _lanes_total(m, l, BLOCK, LOG2B)
+        m, l = _group_fold(m, l, x, BLOCK // G, G, LOG2G)
+    mx, s = _lanes_total(m, l, BLOCK // G, LOG2L)
     tl.store(ws + pid, mx)
     tl.store(ws + tl.num_programs(0) + pid, s)
 
@@ -378,6 +386,7 @@ class SplitConfig:
     iters: int  # chunks per span (decides the bits)
     merge_block: int  # lanes of the merge (decides the bits)
     num_warps: int  # stats and normalize programs (does not change the bits)
+    group: int = 1  # contiguous values a stats lane folds at once (decides the bits)
 
     @property
     def span(self) -> int:
@@ -385,6 +394,16 @@ class SplitConfig:
 
     def n_blocks(self, n: int) -> int:
         return max(1, -(-n // self.span))
+
+
+def group_size(block: int, dtype: torch.dtype) -> int:
+    """Values a lane of the first pass folds at once: 16 bytes of input (one vector load), at most
+    the chunk. With the chunk it decides the bits, on the GPU and in the interpreter alike."""
+    return min(block, 16 // dtype.itemsize)
+
+
+def _log2(v: int) -> int:
+    return v.bit_length() - 1
 
 
 def _pow2(name: str, v: int, lo: int = 2) -> int:
@@ -410,7 +429,7 @@ def split_config(n: int = 0, dtype: torch.dtype = torch.float16, *, block_n: int
         raise ValueError(f"chunks_per_block must be >= 1, got {iters}")
     mb = _pow2("merge_block", merge_block) if merge_block is not None else mb
     warps = num_warps or (1 if INTERPRET else max(1, min(8, block // 1024)))
-    return SplitConfig(block, iters, mb, warps)
+    return SplitConfig(block, iters, mb, warps, group_size(block, dtype))
 
 
 @on_input_device
@@ -442,8 +461,8 @@ def softmax_split(
     xb, yb = bf16_as_bits(x.dtype), bf16_as_bits(y.dtype)
     (n_, sxm, sym), mul = by16(n, x.stride(0), y.stride(0))
     launch(_split_stats_kernel, (m * nb,), (xk, ws, n_, nb, sxm, x.stride(1)),
-           dict(BLOCK=cfg.block, LOG2B=cfg.block.bit_length() - 1, ITERS=cfg.iters, X_BITS=xb, MUL=mul,
-                num_warps=cfg.num_warps))
+           dict(BLOCK=cfg.block, ITERS=cfg.iters, X_BITS=xb, MUL=mul, G=cfg.group, LOG2G=_log2(cfg.group),
+                LOG2L=_log2(cfg.block // cfg.group), num_warps=cfg.num_warps))
     launch(_split_normalize_kernel, (m * nb,), (xk, yk, ws, n_, nb, sxm, x.stride(1), sym, y.stride(1)),
            dict(BLOCK=cfg.block, ITERS=cfg.iters, X_BITS=xb, Y_BITS=yb, MUL=mul, MB=cfg.merge_block,
                 LOG2MB=cfg.merge_block.bit_length() - 1, num_warps=cfg.num_warps))

@@ -51,6 +51,10 @@ def row_depth(n: int, *, rows_per_program: int | None = None, num_warps: int | N
 # ex2.approx's 2 ulp = 4u for the factor) and added to (1 rounding): 6u. The factors' argument
 # errors telescope into the bound's 3|d_i| term because the running max only grows. The
 # final rescale onto the common max costs 5u, the fixed tree one rounding per level.
+# The first pass folds a group of G values a lane (kernels/softmax.py:_group_fold): a value enters
+# through its exp2 (4u), the group's tree (log2 G) and the add (1), then 6u per later step, the
+# final rescale and the lanes' tree (log2(block / G)): 10 + 6 (steps after its own) + log2 block,
+# within 6 steps + 5 + log2 block for every step it can enter at. So the formulas below hold.
 _STEP, _RESCALE = 6, 5
 
 
