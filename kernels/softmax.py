@@ -181,8 +181,9 @@ def _group_fold(m, l, x, LANES: tl.constexpr, G: tl.constexpr, LOG2G: tl.constex
     ms = tl.where(mn == float("-inf"), 0.0, mn)  # an empty lane stays (-inf, 0): no -inf - -inf
     sc = tl.exp2((m - ms) * _LOG2E)  # m = -inf: 0; m = mn: exactly 1
     p = tl.exp2((x - ms[:, None]) * _LOG2E)  # the difference first: exact near the max, as the bound assumes
-    for i in tl.static_range(LOG2G):
-        p = tl.sum(tl.reshape(p, (LANES, 2, G >> (i + 1))), axis=1)
+    for i in tl.static_range(LOG2G):  # neighbours pairwise: a lane's 16 bytes sit in one thread's registers
+        a, b = tl.split(tl.reshape(p, (LANES, G >> (i + 1), 2)))
+        p = a + b
     return mn, l * sc + tl.sum(p, axis=1)  # the last sum is of one value: no rounding
 
 
