@@ -307,8 +307,8 @@ def softmax_online(
     (n_, sxm, sym), mul = by16(n, x.stride(0), y.stride(0))
     launch(
         _softmax_online_kernel, (m,), (xk, yk, n_, sxm, x.stride(1), sym, y.stride(1)),
-        dict(BLOCK=cfg.block, X_BITS=bf16_as_bits(x.dtype), Y_BITS=bf16_as_bits(y.dtype), MUL=mul, G=cfg.group,
-             LOG2G=_log2(cfg.group), LOG2L=_log2(cfg.block // cfg.group), num_warps=cfg.num_warps),
+        dict(BLOCK=cfg.block, X_BITS=bf16_as_bits(x.dtype), Y_BITS=bf16_as_bits(y.dtype), MUL=mul,
+             **group_meta(cfg.block, cfg.group), num_warps=cfg.num_warps),
     )
     return y
 
@@ -403,8 +403,10 @@ def group_size(block: int, dtype: torch.dtype) -> int:
     return min(block, 16 // dtype.itemsize)
 
 
-def _log2(v: int) -> int:
-    return v.bit_length() - 1
+def group_meta(block: int, group: int) -> dict[str, int]:
+    """The first pass's group constexprs (G, LOG2G, LOG2L: lanes = block / G), as the online and
+    split-stats launchers pass them."""
+    return dict(G=group, LOG2G=group.bit_length() - 1, LOG2L=(block // group).bit_length() - 1)
 
 
 def _pow2(name: str, v: int, lo: int = 2) -> int:
@@ -462,8 +464,8 @@ def softmax_split(
     xb, yb = bf16_as_bits(x.dtype), bf16_as_bits(y.dtype)
     (n_, sxm, sym), mul = by16(n, x.stride(0), y.stride(0))
     launch(_split_stats_kernel, (m * nb,), (xk, ws, n_, nb, sxm, x.stride(1)),
-           dict(BLOCK=cfg.block, ITERS=cfg.iters, X_BITS=xb, MUL=mul, G=cfg.group, LOG2G=_log2(cfg.group),
-                LOG2L=_log2(cfg.block // cfg.group), num_warps=cfg.num_warps))
+           dict(BLOCK=cfg.block, ITERS=cfg.iters, X_BITS=xb, MUL=mul, **group_meta(cfg.block, cfg.group),
+                num_warps=cfg.num_warps))
     launch(_split_normalize_kernel, (m * nb,), (xk, yk, ws, n_, nb, sxm, x.stride(1), sym, y.stride(1)),
            dict(BLOCK=cfg.block, ITERS=cfg.iters, X_BITS=xb, Y_BITS=yb, MUL=mul, MB=cfg.merge_block,
                 LOG2MB=cfg.merge_block.bit_length() - 1, num_warps=cfg.num_warps))

@@ -99,23 +99,18 @@ def _softmax_launch(dt: str, kernel: str, warps: int | None):
     if kernel == "online":
         cfg = sm.online_config(n, _dtype(dt))
         fn, block, nw = sm._softmax_online_kernel, cfg.block, cfg.num_warps
-        values = dict(by16, x_ptr=ptr, y_ptr=ptr, BLOCK=block, **_group(cfg))
+        values = dict(by16, x_ptr=ptr, y_ptr=ptr, BLOCK=block, **sm.group_meta(block, cfg.group))
     else:
         cfg = sm.split_config(n, _dtype(dt))
         block, nw, nb = cfg.block, cfg.num_warps, cfg.n_blocks(n)
         common = dict(by16, x_ptr=ptr, NB=nb, BLOCK=block, ITERS=cfg.iters)
         if kernel == "split_stats":
             fn = sm._split_stats_kernel
-            values = dict(common, ws="*fp32", **_group(cfg))
+            values = dict(common, ws="*fp32", **sm.group_meta(block, cfg.group))
         else:
             fn = sm._split_normalize_kernel
             values = dict(common, y_ptr=ptr, ws="*fp32", MB=cfg.merge_block, LOG2MB=cfg.merge_block.bit_length() - 1)
     return fn, values, warps or nw, 3, str(block)
-
-
-def _group(cfg) -> dict:
-    """The first pass's group constexprs, as the launchers pass them."""
-    return dict(G=cfg.group, LOG2G=cfg.group.bit_length() - 1, LOG2L=(cfg.block // cfg.group).bit_length() - 1)
 
 
 def _dtype(dt: str):
