@@ -308,7 +308,7 @@ def softmax_online(
     launch(
         _softmax_online_kernel, (m,), (xk, yk, n_, sxm, x.stride(1), sym, y.stride(1)),
         dict(BLOCK=cfg.block, X_BITS=bf16_as_bits(x.dtype), Y_BITS=bf16_as_bits(y.dtype), MUL=mul,
-             **group_meta(cfg.block, cfg.group), num_warps=cfg.num_warps),
+             **group_meta(cfg.block, cfg.group), num_warps=cfg.num_warps, **UNFUSED),
     )
     return y
 
@@ -409,6 +409,15 @@ def group_meta(block: int, group: int) -> dict[str, int]:
     return dict(G=group, LOG2G=group.bit_length() - 1, LOG2L=(block // group).bit_length() - 1)
 
 
+# The chunked kernels' compile option: no multiply-add contraction. Whether the compiler fuses a
+# product into the addition after it (l * sc + sum, the tree's l * f) depends on whether both sit
+# in one thread, which the layout, hence num_warps, decides: fused at 4 warps and not at 16, the
+# same row gave other bits (H200, thirteenth session: 4 of 196605 values of a 3 x 65535 fp16 input
+# one ulp apart). Unfused, every rounding is the source's, as in the interpreter; the depth bounds
+# count each operation as a rounding either way.
+UNFUSED = {"enable_fp_fusion": False}
+
+
 def _pow2(name: str, v: int, lo: int = 2) -> int:
     if v < lo or v & (v - 1):
         raise ValueError(f"{name} must be a power of two >= {lo}, got {v}")
@@ -465,10 +474,10 @@ def softmax_split(
     (n_, sxm, sym), mul = by16(n, x.stride(0), y.stride(0))
     launch(_split_stats_kernel, (m * nb,), (xk, ws, n_, nb, sxm, x.stride(1)),
            dict(BLOCK=cfg.block, ITERS=cfg.iters, X_BITS=xb, MUL=mul, **group_meta(cfg.block, cfg.group),
-                num_warps=cfg.num_warps))
+                num_warps=cfg.num_warps, **UNFUSED))
     launch(_split_normalize_kernel, (m * nb,), (xk, yk, ws, n_, nb, sxm, x.stride(1), sym, y.stride(1)),
            dict(BLOCK=cfg.block, ITERS=cfg.iters, X_BITS=xb, Y_BITS=yb, MUL=mul, MB=cfg.merge_block,
-                LOG2MB=cfg.merge_block.bit_length() - 1, num_warps=cfg.num_warps))
+                LOG2MB=cfg.merge_block.bit_length() - 1, num_warps=cfg.num_warps, **UNFUSED))
     return y
 
 

@@ -2,7 +2,9 @@
 production kernels' main variants, compiled for Hopper (sm_90) with no GPU at all: the attention
 kernel at the launcher's GPU tiles, and the long-row softmax kernels (online, split stats, split
 normalize) at the dispatcher's configuration and at other `num_warps`, which leave their bits
-unchanged (the lane count decides the summation; kernels/softmax.py).
+unchanged (the lane count decides the summation; kernels/softmax.py). The last column counts the
+PTX's fused multiply-adds: the softmax kernels compile with contraction off (`softmax.UNFUSED`),
+since where the compiler fuses depends on num_warps, and so would the bits.
 
 Triton compiles to a cubin without a device. ptxas and cuobjdump ship with Triton's NVIDIA backend,
 so on a CPU machine this reads what the GPU will run. Launch arguments come from the real
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -135,6 +138,8 @@ def _usage(cubin: bytes) -> dict:
 
 def measure(names) -> list[dict]:
     """In a process with the interpreter off: compile each case and read its resources."""
+    import importlib
+
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -144,9 +149,12 @@ def measure(names) -> list[dict]:
         family, dt, *rest = CASES[name]
         fn, values, warps, stages, tile = (_attention_launch(dt, *rest) if family == "attention"
                                            else _softmax_launch(dt, *rest))
-        kernel = triton.compile(ASTSource(fn, *_signature(fn, values)), target=GPUTarget("cuda", 90, 32),
-                                options=dict(num_warps=warps, num_stages=stages))
+        options = dict(num_warps=warps, num_stages=stages)
+        if family == "softmax":  # as the launchers compile them
+            options.update(importlib.import_module("flashcheck.kernels.softmax").UNFUSED)
+        kernel = triton.compile(ASTSource(fn, *_signature(fn, values)), target=GPUTarget("cuda", 90, 32), options=options)
         use = _usage(kernel.asm["cubin"])
+        use["fma"] = len(re.findall(r"\bfma\.rn", kernel.asm["ptx"]))  # contractions, when the source has no tl.fma
         threads = 32 * warps
         smem = kernel.metadata.shared
         by_regs = REGS_PER_SM // (max(use["regs"], 1) * threads)
@@ -158,10 +166,10 @@ def measure(names) -> list[dict]:
 
 def to_markdown(rows: list[dict]) -> str:
     head = ("| case | kernel | tile | warps | stages | registers | spill stack (bytes) | shared (bytes) "
-            "| CTAs per SM (est.) | warps per SM (est.) |")
-    lines = [head, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+            "| CTAs per SM (est.) | warps per SM (est.) | fused multiply-adds (PTX) |")
+    lines = [head, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['case']} | `{r['kernel']}` | {r['tile']} | {r['warps']} | {r['stages']} | {r['regs']} | "
-              f"{r['stack']} | {r['shared']} | {r['ctas_per_sm']} | {min(64, r['ctas_per_sm'] * r['warps'])} |"
+              f"{r['stack']} | {r['shared']} | {r['ctas_per_sm']} | {min(64, r['ctas_per_sm'] * r['warps'])} | {r['fma']} |"
               for r in rows]
     return "\n".join(lines) + "\n"
 
