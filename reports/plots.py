@@ -188,6 +188,15 @@ def signed_errors(rows: list[dict[str, Any]], family: str, path: Path, units: st
     return path
 
 
+def _bound_cap(max_err: np.ndarray, bound: np.ndarray, units: str) -> float:
+    """The top of a profile's scale: 100x the largest finite error, at least 10 ULPs (or 1 bound).
+    Bounds in ULPs explode where outputs sit near the subnormal range (an absolute term over a tiny
+    ULP: 1e31 ULPs in an H200's bf16 and fp32 panels), which squeezed every error into the axis;
+    above the cap the bound line is clipped and marked."""
+    finite = max_err[np.isfinite(max_err)]
+    return max(100.0 * float(finite.max()) if finite.size else 0.0, 10.0 if units == "ULP" else 1.0)
+
+
 def profiles(rows: list[dict[str, Any]], family: str, feature: str, label: str, units: str,
              path: Path) -> Path | None:
     """Error against one feature, small multiples: a row of panels per kernel, a column per dtype.
@@ -221,13 +230,18 @@ def profiles(rows: list[dict[str, Any]], family: str, feature: str, label: str, 
                 xs = np.array(sorted(agg))
                 A = np.array([agg[x] for x in xs], dtype=np.float64)
                 top = np.where(np.isfinite(A[:, 2]), A[:, 2], np.nan)
+                cap = _bound_cap(top, A[:, 3], units)
                 ax.plot(xs, A[:, 1] / A[:, 0], "o-", ms=2.5, lw=1, label="mean error")
                 ax.plot(xs, top, "s-", ms=2.5, lw=1, label="max error")
-                ax.plot(xs, A[:, 3], "k--", lw=1, label="largest bound")
+                ax.plot(xs, np.minimum(A[:, 3], cap), "k--", lw=1, label="largest bound")
+                off = A[:, 3] > cap
+                if off.any():
+                    ax.plot(xs[off], np.full(int(off.sum()), cap), "k^", ms=4, label="bound off the scale")
                 bad = A[:, 4] > 0
                 if bad.any():
-                    ymark = np.where(np.isfinite(A[:, 2]), A[:, 2], np.nanmax(np.r_[A[:, 3], 1.0]))
+                    ymark = np.where(np.isfinite(A[:, 2]), np.minimum(A[:, 2], cap), cap)
                     ax.plot(xs[bad], ymark[bad], "x", color=FAIL_RED, ms=7, mew=2, label="over bound")
+                ax.set_ylim(top=1.5 * min(cap, np.nanmax(np.r_[A[:, 3], top, 1e-300])))
             ax.set_xscale("symlog", linthresh=2.0**-8 if feature == "cond" else 1.0)
             if feature == "cond":
                 ax.set_xticks([0, 1e-2, 1, 1e2, 1e4], ["0", "0.01", "1", "100", "1e4"])
