@@ -7,7 +7,8 @@ compute-sanitizer, and the record `reports/gpu_run.md`.
     python3 -m flashcheck.reports.gpu_lane --merge SUITE_DIR SWEEP_DIR --out DIR   # one record of both
 
 Each test's outcome is appended to DIR/results.jsonl as it happens (`flashcheck.results_log`), so
-a run killed at its limit still tells what failed and what never ran; `--resume` runs only what
+a run killed at its limit still tells what failed and what never ran, and the fixtures its failures
+saved are copied to DIR/fixtures (the device's checkout does not come back); `--resume` runs only what
 earlier parts left (unrun or failed) and adds them up, for a suite that does not fit one call. The sweep (`memcheck_sweep`) runs in shards
 side by side, each restarted after a fault from the next case, so every faulting case is named.
 `--soak S` then runs the shipped suite in the soak profile (random examples, a recorded seed) for
@@ -84,18 +85,41 @@ def run_suite(out: Path, files: list[str], budget: float, workers: str, resume: 
         ids = out / "run-ids.txt"
         ids.write_text("\n".join(n for n in now if n not in settled) + "\n")
         cmd += ["--run-ids", str(ids)]
+    before_fixtures = _fixture_files()
     rc, wall = _pytest_within(cmd, out / "pytest.log", budget)
+    found = _keep_new_fixtures(before_fixtures, out / "fixtures")
     # this run's seconds over the last lane's: copy DIR/durations.json to reports/gpu_durations.json
     from flashcheck.results_log import durations_of
 
     known = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
     atomic.write_text(out / "durations.json", json.dumps({**known, **(durations_of(log) if log.exists() else {})}, indent=0, sort_keys=True) + "\n")
-    rec = {"command": "pytest " + " ".join(cmd[3:]), "rc": rc, "wall_s": round(wall, 1), **tally(*(resume or []), log)}
+    rec = {"command": "pytest " + " ".join(cmd[3:]), "rc": rc, "wall_s": round(wall, 1), **tally(*(resume or []), log),
+           "fixtures": found}
     if resume:  # each part's record already adds up the parts before it
         last = _suite_of(resume[-1])
         rec["parts"] = (last.get("parts") or [last.get("command", "?")]) + [rec["command"]]
         rec["wall_s"] = round(wall + max(_suite_of(p).get("wall_s", 0.0) for p in resume), 1)
     return rec
+
+
+def _fixture_files() -> dict[str, float]:
+    """The suite's regression fixtures (name -> mtime): where this checkout's runs save shrunk failures."""
+    from flashcheck.fixtures import DEFAULT_FIXTURE_DIR
+
+    return {p.name: p.stat().st_mtime for p in DEFAULT_FIXTURE_DIR.glob("*.json")}
+
+
+def _keep_new_fixtures(before: dict[str, float], dest: Path) -> list[str]:
+    """Copy the fixtures the run wrote (new or rewritten) into the lane's own directory, which is what
+    comes back from a device: the names, sorted. A fixture left only in the device's checkout is lost."""
+    from flashcheck.fixtures import DEFAULT_FIXTURE_DIR
+
+    new = sorted(n for n, t in _fixture_files().items() if before.get(n) != t)
+    if new:
+        dest.mkdir(parents=True, exist_ok=True)
+    for name in new:  # fixtures are JSON: data, copied as text
+        atomic.write_text(dest / name, (DEFAULT_FIXTURE_DIR / name).read_text(encoding="utf-8"))
+    return new
 
 
 def _pytest_within(cmd: list[str], output: Path, budget: float) -> tuple[int | str, float]:
@@ -267,6 +291,9 @@ def write_record(out: Path, rec: dict) -> Path:
                   f"- wall time: {s['wall_s']} s (pytest exit: {s['rc']})", ""]
         if s["failures"]:
             lines += ["Failures:", ""] + [f"- `{n}`: {m}" for n, m in s["failures"][:60]] + [""]
+        if s.get("fixtures"):
+            lines += [f"Fixtures this run saved (copied to `{out.name}/fixtures/`): "
+                      + ", ".join(f"`{f}`" for f in s["fixtures"][:40]), ""]
         if s["not_run"]:
             lines += [f"Not run ({len(s['not_run'])}): " + ", ".join(f"`{n}`" for n in s["not_run"][:20]), ""]
         if s.get("phases"):

@@ -306,6 +306,38 @@ def test_lane_part_of_chosen_files_keeps_the_whole_suite(tmp_path: Path, monkeyp
     assert (rec["collected"], rec["passed"], rec["not_run"]) == (3, 2, ["tests/test_b.py::z"])
 
 
+def test_lane_keeps_the_fixtures_its_suite_saved(tmp_path: Path, monkeypatch) -> None:
+    """A failure's fixture lands in the device's checkout, which does not come back: the lane copies
+    the fixtures its run wrote (new or rewritten, not the others) into its own directory and names them."""
+    import subprocess as sp
+
+    from flashcheck import fixtures
+    from flashcheck.reports import gpu_lane
+
+    reg = tmp_path / "regressions"
+    reg.mkdir()
+    (reg / "old.json").write_text('{"old": 1}')
+    monkeypatch.setattr(fixtures, "DEFAULT_FIXTURE_DIR", reg)
+
+    class Fails:  # the suite's pytest: one test fails and saves its fixture
+        pid = -1
+
+        def __init__(self, cmd, **kw):
+            (reg / "softmax_split__configs_identical__9e99.json").write_text('{"new": 1}')
+
+        def wait(self, timeout=None):
+            return 1
+
+    monkeypatch.setattr(sp, "Popen", Fails)
+    monkeypatch.setattr(gpu_lane.os, "killpg", lambda pid, sig: None)
+    out = tmp_path / "lane"
+    out.mkdir()
+    rec = gpu_lane.run_suite(out, ["tests/test_a.py"], 10.0, "1")
+    assert rec["fixtures"] == ["softmax_split__configs_identical__9e99.json"], rec["fixtures"]
+    assert (out / "fixtures" / rec["fixtures"][0]).read_text() == '{"new": 1}'
+    assert not (out / "fixtures" / "old.json").exists()
+
+
 def test_order_from_runs_the_longest_first(tmp_path: Path) -> None:
     """The lane's --order-from: known tests longest first, an unknown one at the median, and the
     same order in every process (a stable sort on the collection order)."""
