@@ -269,11 +269,27 @@ def test_lane_resume_counts_the_suite_as_it_is_now(tmp_path: Path) -> None:
     assert tally(first)["not_run"] == ["t::c"]
 
 
+def _fake_pytest(monkeypatch, gpu_lane, action, rc: int) -> None:
+    """The lane's pytest subprocess replaced by `action(cmd)`, then an exit status of rc."""
+    import subprocess as sp
+
+    class Fake:
+        pid = -1
+
+        def __init__(self, cmd, **kw):
+            action(cmd)
+
+        def wait(self, timeout=None):
+            return rc
+
+    monkeypatch.setattr(sp, "Popen", Fake)
+    monkeypatch.setattr(gpu_lane.os, "killpg", lambda pid, sig: None)
+
+
 def test_lane_part_of_chosen_files_keeps_the_whole_suite(tmp_path: Path, monkeypatch) -> None:
     """A resumed part run on chosen files (--files) collects only those: its collection must not
     stand for the suite, or the record counts a few files as everything (it did: 169 of 1041)."""
     import json
-    import subprocess as sp
 
     from flashcheck.reports import gpu_lane
 
@@ -286,20 +302,12 @@ def test_lane_part_of_chosen_files_keeps_the_whole_suite(tmp_path: Path, monkeyp
     monkeypatch.setattr(gpu_lane, "suite_files", lambda: ["tests/test_a.py", "tests/test_b.py"])
     monkeypatch.setattr(gpu_lane, "collect", lambda files: [i for i in whole if i.split("::")[0] in files])
 
-    class Done:  # the part's pytest: it runs y and is gone
-        pid = -1
+    def runs_y(cmd):  # the part's pytest: it runs y and is gone
+        with open(Path(cmd[cmd.index("--results-log") + 1]), "a") as fh:
+            fh.write(json.dumps({"event": "test", "nodeid": whole[1], "outcome": "passed", "duration": 1.0,
+                                 "message": ""}) + "\n")
 
-        def __init__(self, cmd, **kw):
-            log = Path(cmd[cmd.index("--results-log") + 1])
-            with open(log, "a") as fh:
-                fh.write(json.dumps({"event": "test", "nodeid": whole[1], "outcome": "passed", "duration": 1.0,
-                                     "message": ""}) + "\n")
-
-        def wait(self, timeout=None):
-            return 0
-
-    monkeypatch.setattr(sp, "Popen", Done)
-    monkeypatch.setattr(gpu_lane.os, "killpg", lambda pid, sig: None)
+    _fake_pytest(monkeypatch, gpu_lane, runs_y, 0)
     out = tmp_path / "b"
     out.mkdir()
     rec = gpu_lane.run_suite(out, ["tests/test_b.py"], 10.0, "1", [first])
@@ -309,8 +317,6 @@ def test_lane_part_of_chosen_files_keeps_the_whole_suite(tmp_path: Path, monkeyp
 def test_lane_keeps_the_fixtures_its_suite_saved(tmp_path: Path, monkeypatch) -> None:
     """A failure's fixture lands in the device's checkout, which does not come back: the lane copies
     the fixtures its run wrote (new or rewritten, not the others) into its own directory and names them."""
-    import subprocess as sp
-
     from flashcheck import fixtures
     from flashcheck.reports import gpu_lane
 
@@ -319,17 +325,9 @@ def test_lane_keeps_the_fixtures_its_suite_saved(tmp_path: Path, monkeypatch) ->
     (reg / "old.json").write_text('{"old": 1}')
     monkeypatch.setattr(fixtures, "DEFAULT_FIXTURE_DIR", reg)
 
-    class Fails:  # the suite's pytest: one test fails and saves its fixture
-        pid = -1
-
-        def __init__(self, cmd, **kw):
-            (reg / "softmax_split__configs_identical__9e99.json").write_text('{"new": 1}')
-
-        def wait(self, timeout=None):
-            return 1
-
-    monkeypatch.setattr(sp, "Popen", Fails)
-    monkeypatch.setattr(gpu_lane.os, "killpg", lambda pid, sig: None)
+    # the suite's pytest: one test fails and saves its fixture
+    _fake_pytest(monkeypatch, gpu_lane,
+                 lambda cmd: (reg / "softmax_split__configs_identical__9e99.json").write_text('{"new": 1}'), 1)
     out = tmp_path / "lane"
     out.mkdir()
     rec = gpu_lane.run_suite(out, ["tests/test_a.py"], 10.0, "1")
