@@ -189,12 +189,14 @@ def signed_errors(rows: list[dict[str, Any]], family: str, path: Path, units: st
 
 
 def _bound_cap(max_err: np.ndarray, bound: np.ndarray, units: str) -> float:
-    """The top of a profile's scale: 100x the largest finite error, at least 10 ULPs (or 1 bound).
-    Bounds in ULPs explode where outputs sit near the subnormal range (an absolute term over a tiny
-    ULP: 1e31 ULPs in an H200's bf16 and fp32 panels), which squeezed every error into the axis;
-    above the cap the bound line is clipped and marked."""
+    """The top of a profile's scale: 100x the largest finite error or 10x the median bound, whichever
+    is higher, at least 10 ULPs (or 1 bound). Bounds in ULPs explode where outputs sit near the
+    subnormal range (an absolute term over a tiny ULP: 1e31 ULPs in an H200's bf16 and fp32
+    panels), which squeezed every error onto the axis; those spikes are clipped and marked."""
     finite = max_err[np.isfinite(max_err)]
-    return max(100.0 * float(finite.max()) if finite.size else 0.0, 10.0 if units == "ULP" else 1.0)
+    bounds = bound[np.isfinite(bound) & (bound > 0)]
+    return max(100.0 * float(finite.max()) if finite.size else 0.0,
+               10.0 * float(np.median(bounds)) if bounds.size else 0.0, 10.0 if units == "ULP" else 1.0)
 
 
 def profiles(rows: list[dict[str, Any]], family: str, feature: str, label: str, units: str,

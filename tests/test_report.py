@@ -6,6 +6,7 @@ import json
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from flashcheck.external import load_kernel
@@ -190,3 +191,12 @@ def test_error_profiles_leave_allowed_flushes_out() -> None:
     for k in ("n", "cond"):
         p = acc.profiles[k].summary()
         assert sum(p["count"]) == 2 and max(p["max"]) == 1.0, (k, p)
+
+
+def test_profile_scale_clips_only_bound_spikes() -> None:
+    """A profile's scale follows its errors and typical bounds: a subnormal output's bound of 1e31
+    ULPs is clipped (it squeezed every error onto the axis), a bound a few times the others is not."""
+    err = np.array([0.0, 20.0, 60.0, np.inf])
+    assert plots._bound_cap(err, np.array([50.0, 100.0, 1e31, 300.0]), "ULP") == 6000.0
+    assert plots._bound_cap(np.array([0.02]), np.array([1.0, 1.0, 5.0]), "x bound") == 10.0
+    assert plots._bound_cap(np.zeros(3), np.array([1.0, 1e31, 1.0]), "ULP") == 10.0
