@@ -221,8 +221,10 @@ def bench_decode(dtypes, quick: bool, budget: Budget) -> list[dict]:
     return rows
 
 
-def _graph_pct(copy_us: float, ours_us: float | None) -> str:
-    return "-" if not ours_us else f"{100 * copy_us / (2 * ours_us):.0f}%"
+def _copy_share(t_copy: float, t_ours: float | None) -> str:
+    """`% copy`: t_copy / (2 t_ours), the rate ours reads K/V at as a share of what a copy moves
+    (both times in one unit); '-' without a time of ours."""
+    return "-" if not t_ours else f"{100 * t_copy / (2 * t_ours):.0f}%"
 
 
 def md_decode(rows: list[dict], command: str, skipped: int) -> str:
@@ -249,12 +251,13 @@ def md_decode(rows: list[dict], command: str, skipped: int) -> str:
     for r in rows:
         fixed = {s: r["ours_ms"][s] for s in SPLITS}
         fastest = min(fixed, key=fixed.get)
-        pct = lambda ms: f"{100 * r['copy_ms'] / (2 * ms):.0f}%"  # noqa: E731
         us = lambda ms: _f(None if ms is None else ms * 1e3, ".1f")  # noqa: E731
         out.append([r["dtype"], str(r["n"]), f"{r['hq']} / {r['hkv']}", f"{2 * r['bytes'] / (r['copy_ms'] * 1e6):.0f}",
-                    f"{us(r['ours_ms']['auto'])} ({r['auto_splits']})", pct(r["ours_ms"]["auto"]),
-                    _f(r.get("auto_graph_us"), ".1f"), _graph_pct(r["copy_ms"] * 1e3, r.get("auto_graph_us")),
-                    *(f"**{us(t)}**" if s == fastest else us(t) for s, t in fixed.items()), pct(fixed[fastest]),
+                    f"{us(r['ours_ms']['auto'])} ({r['auto_splits']})",
+                    _copy_share(r["copy_ms"], r["ours_ms"]["auto"]),
+                    _f(r.get("auto_graph_us"), ".1f"), _copy_share(r["copy_ms"] * 1e3, r.get("auto_graph_us")),
+                    *(f"**{us(t)}**" if s == fastest else us(t) for s, t in fixed.items()),
+                    _copy_share(r["copy_ms"], fixed[fastest]),
                     *(us(r["sdpa_ms"][n]) for n in SDPA_ALL), _x(_best(r["sdpa_ms"]), r["ours_ms"]["auto"]),
                     f"{r['max_diff']:.2g}"])
     return _table("Decode (split-KV)", command, intro, head, out, skipped)

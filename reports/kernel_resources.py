@@ -68,7 +68,7 @@ def _signature(fn, values: dict) -> tuple[dict, dict, dict]:
 
 
 def _attention_launch(dt: str, d: int, causal: bool):
-    """(kernel, argument values, num_warps, num_stages, tile) of the attention launcher for
+    """(kernel, argument values, compile options, tile) of the attention launcher for
     contiguous (B, H, S, d) tensors, no mask, lse or split (the launcher's stand-ins)."""
     import importlib
 
@@ -88,12 +88,13 @@ def _attention_launch(dt: str, d: int, causal: bool):
     values = dict(zip((p.name for p in fn.params), [*pointers, *plan.args]))
     values.update({k: v for k, v in plan.meta.items() if k != "num_warps"})
     cfg = plan.cfg
-    return fn, values, cfg.num_warps, cfg.num_stages, f"{cfg.block_m}, {cfg.block_n}"
+    return fn, values, dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages), f"{cfg.block_m}, {cfg.block_n}"
 
 
 def _softmax_launch(dt: str, kernel: str, warps: int | None):
-    """(kernel, argument values, num_warps, num_stages, block) of one long-row softmax kernel for a
-    contiguous (M, SOFTMAX_N) input, as softmax_online / softmax_split launch it."""
+    """(kernel, argument values, compile options, block) of one long-row softmax kernel for a
+    contiguous (M, SOFTMAX_N) input, as softmax_online / softmax_split launch it (contraction off:
+    `softmax.UNFUSED`)."""
     import importlib
 
     sm = importlib.import_module("flashcheck.kernels.softmax")
@@ -113,7 +114,7 @@ def _softmax_launch(dt: str, kernel: str, warps: int | None):
         else:
             fn = sm._split_normalize_kernel
             values = dict(common, y_ptr=ptr, ws="*fp32", MB=cfg.merge_block, LOG2MB=cfg.merge_block.bit_length() - 1)
-    return fn, values, warps or nw, 3, str(block)
+    return fn, values, dict(num_warps=warps or nw, num_stages=3, **sm.UNFUSED), str(block)
 
 
 def _dtype(dt: str):
@@ -138,8 +139,6 @@ def _usage(cubin: bytes) -> dict:
 
 def measure(names) -> list[dict]:
     """In a process with the interpreter off: compile each case and read its resources."""
-    import importlib
-
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -147,11 +146,9 @@ def measure(names) -> list[dict]:
     rows = []
     for name in names:
         family, dt, *rest = CASES[name]
-        fn, values, warps, stages, tile = (_attention_launch(dt, *rest) if family == "attention"
-                                           else _softmax_launch(dt, *rest))
-        options = dict(num_warps=warps, num_stages=stages)
-        if family == "softmax":  # as the launchers compile them
-            options.update(importlib.import_module("flashcheck.kernels.softmax").UNFUSED)
+        fn, values, options, tile = (_attention_launch(dt, *rest) if family == "attention"
+                                     else _softmax_launch(dt, *rest))
+        warps, stages = options["num_warps"], options["num_stages"]
         kernel = triton.compile(ASTSource(fn, *_signature(fn, values)), target=GPUTarget("cuda", 90, 32), options=options)
         use = _usage(kernel.asm["cubin"])
         use["fma"] = len(re.findall(r"\bfma\.rn", kernel.asm["ptx"]))  # contractions, when the source has no tl.fma

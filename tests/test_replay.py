@@ -1,7 +1,7 @@
 """`kernels/_runtime.py:launch`: a repeated launch replays the binary Triton compiled for the same
 specialization, and anything Triton specializes on gives a new one. The interpreter never replays
 (Triton's interpreter returns no binary), so these tests drive `launch` with a stand-in for a
-`@triton.jit` function; the GPU lane runs the real one (flashcheck/suite/test_attention_gpu.py)."""
+`@triton.jit` function; the GPU lane runs the real one (flashcheck/suite/test_replay_gpu.py)."""
 from __future__ import annotations
 
 import importlib
