@@ -428,11 +428,11 @@ def split_config(n: int = 0, dtype: torch.dtype = torch.float16, *, block_n: int
                  chunks_per_block: int | None = None, merge_block: int | None = None,
                  num_warps: int | None = None) -> SplitConfig:
     if INTERPRET:  # several spans and several merge steps on CPU-sized rows
-        # 64 lanes, the narrowest tile the strategies align their -inf blocks to (strategies/
-        # softmax.py BLOCKS): the interpreter's cost is per operation, not per element. With 32
-        # lanes (and 64-lane online chunks) three ci-profile classes took 32.5 s against 16.9 s;
-        # this kernel's tests were a third of the shipped suite's CPU time in CI.
-        block, iters, mb = 64, 2, 4
+        # The interpreter's cost is per operation and per program, not per element: a 5 x 2048
+        # fp16 call took 5.8 s at 64 lanes (16 spans a row) and 2.6 s at 128 (8 spans, still two
+        # merge steps of 4 pairs); these tests were the largest part of CI's time (fourteenth
+        # session). 128 is a tile the strategies align -inf blocks to (strategies/softmax.py).
+        block, iters, mb = 128, 2, 4
     else:  # from the H200 sweep in reports/bench_softmax.py --tune
         block, iters, mb = 4096, 8, 1024
     block = _pow2("block_n", block_n) if block_n is not None else block

@@ -27,3 +27,18 @@ def test_an_unknown_case_is_one_clear_line(capsys: pytest.CaptureFixture) -> Non
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "unknown case(s) 'attention fp16 D65'" in err and "attention fp16 D64" in err
+
+
+def test_the_cluster_probe_gives_a_verdict_per_cluster_size(capsys: pytest.CaptureFixture) -> None:
+    """reports/cluster_probe.py backs issue 20's note that Triton 3.6 cannot reduce a row across a
+    cluster: one CTA must compile (else the probe, not the cluster, is what fails), and each size
+    gets one verdict line."""
+    from flashcheck.reports import cluster_probe
+
+    assert cluster_probe.main(["--n", "4096", "--ctas", "1,2"]) == 0
+    lines = [ln.strip() for ln in capsys.readouterr().out.splitlines() if "num_ctas=" in ln]
+    assert lines[0] == "num_ctas=1: compiles, 0 cluster instructions in the PTX", lines
+    assert len(lines) == 2 and lines[1].startswith("num_ctas=2: "), lines
+    with pytest.raises(SystemExit) as exit_:
+        cluster_probe.main(["--ctas", "3"])
+    assert exit_.value.code == 2
