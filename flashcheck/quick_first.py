@@ -53,6 +53,17 @@ def quick_name(originalname: str) -> str:
     return f"{originalname}_quick"
 
 
+def selectable_nodeid(nodeid: str) -> str:
+    """The node id pytest can be given to run `nodeid`: a quick copy exists only after collection
+    (a node id naming it selects nothing, pytest's exit 4), so it maps to the test it copies, whose
+    run makes the copy again wherever the quick pass is on."""
+    head, sep, last = nodeid.rpartition("::")
+    name, bracket, params = last.partition("[")
+    if sep and name.endswith("_quick"):
+        return f"{head}{sep}{name[:-len('_quick')]}{bracket}{params}"
+    return nodeid
+
+
 def _quick_copy(item: pytest.Function, n: int) -> pytest.Function:
     # The node id is the function's name and the parameters' id (pytest 9 builds it from
     # `originalname` and the callspec, older pytest from `name`): both name the quick copy.

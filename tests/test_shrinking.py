@@ -176,6 +176,29 @@ def test_a_baseline_verdict_is_saved_for_the_next_process(monkeypatch, tmp_path)
     assert calls[-1] == "t.py::test_ok"
 
 
+def test_a_kill_by_a_quick_copy_is_confirmed_on_the_test_it_copies(monkeypatch, tmp_path) -> None:
+    """Where the quick pass is on (a GPU machine), a mutant's first failure is often a quick copy,
+    `test_x_quick[...]`, which exists only after collection: its baseline and a later run's first
+    test name the test it copies. Naming the copy selected nothing (pytest's exit 4), and a GPU
+    machine's mutation run recorded 55 kills as errors (fourteenth session)."""
+    import flashcheck.killrun as killrun
+    from flashcheck.mutation import runner
+    from flashcheck.quick_first import selectable_nodeid
+
+    base = "flashcheck/suite/test_softmax.py::test_adversarial_class[softmax_split-fp16-benign]"
+    quick = base.replace("test_adversarial_class[", "test_adversarial_class_quick[")
+    assert selectable_nodeid(quick) == base and selectable_nodeid(base) == base
+    assert selectable_nodeid("t.py::C::test_y_quick") == "t.py::C::test_y"
+    assert selectable_nodeid("t.py::test_y[a_quick]") == "t.py::test_y[a_quick]"
+    calls = []
+    monkeypatch.setattr(killrun, "run_pytest", lambda args, **kw: calls.append(args[0]) or _run_result(3.0))
+    monkeypatch.setattr(runner, "BASELINE_FILE", runner.baselines_file(tmp_path / "store.json"))
+    monkeypatch.setattr(runner, "_BASELINE", {})
+    assert runner.baseline_run("softmax", "softmax", quick, timeout=9) == (None, 3.0)
+    assert calls == [base]
+    assert runner.first_tests_from({"k": {"status": "killed", "caught_by_test": quick}}) == {"k": base}
+
+
 def test_a_first_test_recorded_in_a_checkout_is_found_in_an_installed_package(monkeypatch, tmp_path) -> None:
     """The interpreter's store names suite tests from a checkout (`flashcheck/suite/...`); an
     installed package's suite is `suite/...` under its own folder: --first-test-from finds them there."""

@@ -41,7 +41,9 @@ FIRST_TEST_ONLY = False
 def first_tests_from(store: dict[str, dict[str, Any]]) -> dict[str, str]:
     """key -> killing test node id (as this installation names it), for every mutant `store`
     records as killed."""
-    return {k: _local_nodeid(r["caught_by_test"]) for k, r in store.items()
+    from flashcheck.quick_first import selectable_nodeid
+
+    return {k: _local_nodeid(selectable_nodeid(r["caught_by_test"])) for k, r in store.items()
             if r.get("status") == "killed" and r.get("caught_by_test")}
 
 
@@ -186,6 +188,7 @@ def baseline_run(module: str, family: str, nodeid: str, *, timeout: float) -> tu
 
     from flashcheck.killrun import run_pytest
     from flashcheck.mutation.generate import module_file
+    from flashcheck.quick_first import selectable_nodeid
 
     with _BASELINE_LOCK:
         fut = _BASELINE.get((module, nodeid))
@@ -203,7 +206,8 @@ def baseline_run(module: str, family: str, nodeid: str, *, timeout: float) -> tu
     try:
         spec_file, _ = _install_spec(tmp, module, family, module_file(module).read_text(), ())
         family_arg = [] if _is_unit_test(nodeid) else [f"--family={family}"]
-        r = run_pytest([nodeid, *family_arg, "--no-save-fixtures"], env_extra={MUTANT_ENV: str(spec_file), **gpu_env()},
+        r = run_pytest([selectable_nodeid(nodeid), *family_arg, "--no-save-fixtures"],
+                       env_extra={MUTANT_ENV: str(spec_file), **gpu_env()},
                        shrink=False, timeout=timeout)
         wall = r["wall_seconds"]
         failed = r["data"].get("tests_failed") or []
