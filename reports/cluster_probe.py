@@ -15,16 +15,16 @@ cluster's CTAs is not supported, whatever the tensor's rank.
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import subprocess
-import sys
+
+from flashcheck.reports.kernel_resources import offline_child
 
 PROG = "python -m flashcheck.reports.cluster_probe"
 CLUSTER_OPS = re.compile(r"shared::cluster|\bmapa\b|barrier\.cluster")
+ROWS, WARPS = 64, 32  # the row as a (64, n / 64) tile (a 1-D row fails the same way), 32 warps a CTA
 
 
-def probe(n: int, rows: int, num_ctas: int, num_warps: int) -> str:
+def probe(n: int, num_ctas: int) -> str:
     """One line: the outcome of compiling the probe for sm_90 (needs the interpreter off)."""
     import triton
     import triton.language as tl
@@ -42,9 +42,9 @@ def probe(n: int, rows: int, num_ctas: int, num_warps: int) -> str:
         tl.store(y_ptr + base + offs, (e / s).to(tl.float16))
 
     src = ASTSource(_row_softmax_kernel, {"x_ptr": "*fp16", "y_ptr": "*fp16", "N": "constexpr", "R": "constexpr"},
-                    {(2,): n, (3,): rows}, {})
+                    {(2,): n, (3,): ROWS}, {})
     try:
-        kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps, num_ctas=num_ctas))
+        kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=WARPS, num_ctas=num_ctas))
     except Exception as e:  # noqa: BLE001  (the outcome is the finding)
         return f"num_ctas={num_ctas}: does not compile ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
     ops = len(CLUSTER_OPS.findall(kernel.asm["ptx"]))
@@ -65,20 +65,12 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--ctas must be comma-separated integers, got {args.ctas!r}")
     if not ctas or any(c < 1 or c & (c - 1) for c in ctas):
         p.error(f"--ctas must be powers of two >= 1, got {args.ctas!r}")
-    if not args.child:
-        # Stderr carries MLIR's pass dumps for each failure; the verdict lines are on stdout.
-        done = subprocess.run([sys.executable, "-m", "flashcheck.reports.cluster_probe", "--child", "--n", str(args.n),
-                               "--ctas", args.ctas], env={**os.environ, "TRITON_INTERPRET": "0"},
-                              capture_output=True, text=True)
-        print(done.stdout, end="")
-        if done.returncode:
-            print(f"{PROG}: the probe itself failed: {(done.stderr.strip().splitlines() or ['no output'])[-1]}",
-                  file=sys.stderr)
-        return done.returncode
-    print(f"whole-row softmax, fp16, {args.n} columns, 32 warps a CTA, sm_90 (Triton "
+    if not args.child:  # stderr carries MLIR's pass dumps of each failure; the verdicts are on stdout
+        return offline_child(PROG, "flashcheck.reports.cluster_probe", ["--n", str(args.n), "--ctas", args.ctas])
+    print(f"whole-row softmax, fp16, {args.n} columns, {WARPS} warps a CTA, sm_90 (Triton "
           f"{__import__('triton').__version__}):")
     for c in ctas:
-        print("  " + probe(args.n, 64, c, 32), flush=True)
+        print("  " + probe(args.n, c), flush=True)
     return 0
 
 

@@ -182,16 +182,22 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         p.error(f"unknown case(s) {', '.join(map(repr, bad))}; choose from {', '.join(CASES)}")
     if not args.child:
-        env = {**os.environ, "TRITON_INTERPRET": "0"}
-        done = subprocess.run([sys.executable, "-m", "flashcheck.reports.kernel_resources", "--child",
-                               "--cases", ",".join(names)], env=env, capture_output=True, text=True)
-        if done.returncode:
-            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            print(f"{PROG}: compiling for sm_90 failed: {last}", file=sys.stderr)
-            return 1
-        print(done.stdout, end="")
-        return 0
+        return offline_child(PROG, "flashcheck.reports.kernel_resources", ["--cases", ",".join(names)])
     print(to_markdown(measure(names)), end="")
+    return 0
+
+
+def offline_child(prog: str, module: str, argv: list[str]) -> int:
+    """Run `python -m module --child argv` with the interpreter off (Triton compiles for sm_90 on
+    any machine; the interpreter is chosen once, at import, so it takes a fresh process): its
+    stdout printed, and on failure one line naming stderr's last, 1."""
+    done = subprocess.run([sys.executable, "-m", module, "--child", *argv], env={**os.environ, "TRITON_INTERPRET": "0"},
+                          capture_output=True, text=True)
+    print(done.stdout, end="")
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        print(f"{prog}: compiling for sm_90 failed: {last}", file=sys.stderr)
+        return 1
     return 0
 
 
