@@ -44,8 +44,9 @@ Arithmetic (the error model of `oracles.bounds.attention_error_bound`):
   exactly 1 in fp16/bf16), and the P rounding error is u16 * sum_j p_j |v_j - o|. The lse uses a
   second row sum of the unrounded P (only when asked): lse = (m + log2 l32) ln 2.
 - split-KV: split s covers whole key blocks [s K, (s + 1) K) and writes its unnormalised state
-  (acc, m, l) in fp32; the merge kernel combines them exactly as the online softmax combines
-  blocks (one more rescale per split), -inf safe for empty splits. The key blocking is the same
+  (acc, m, l) in fp32; the tile's last split to finish (an arrival counter) combines them, in
+  split order, exactly as the online softmax combines blocks (one more rescale per split), -inf
+  safe for empty splits: one launch (kernels/attention_merge.py). The key blocking is the same
   as without splits, so the bound only grows by the extra rescales.
 - GQA packing (decode): with a short M, one program takes every query head of a group (rows =
   (head, query) pairs), so K and V are read once per group; the tile may straddle heads.
@@ -71,7 +72,7 @@ from .attention_args import (
     _mask_view, effective_scale, effective_softcap, normalize_window,
 )
 from .attention_config import AttnConfig, attn_config, auto_splits
-from .attention_merge import merge_splits
+from .attention_merge import _arrive, _merge_splits_tile, _split_states, split_workspace
 from .attention_plan import launch_plan
 from triton.runtime.errors import OutOfResources  # noqa: E402  (after _runtime: it sets TRITON_INTERPRET)
 
@@ -234,7 +235,7 @@ def _attn_block(
                                "smb", "smh", "smm", "slb", "slh", "slm", "spb", "sph", "spm"],
             do_not_specialize_on_alignment=["sqd", "skd", "svd", "sod", "smn"])
 def _attn_fwd_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, kvlen_ptr, cuq_ptr, cuk_ptr, mask_ptr, m_part, l_part, l32_part,
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, kvlen_ptr, cuq_ptr, cuk_ptr, mask_ptr, ws_ptr, counter_ptr,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod,
     smb, smh, smm, smn, slb, slh, slm, spb, sph, spm,
     HQ, HKV, GROUP, M, N, D, DV, qk_scale, cap_in, cap_out, LEFT, RIGHT, BOTTOM_RIGHT, HAS_KVLEN, REVERSE_M,
@@ -415,21 +416,30 @@ def _attn_fwd_kernel(
     else:
         o_mask = row_ok[:, None] & dv_mask[None, :]
     lse_rows = b * slb + head_r * slh + (q0 + pos_m.to(tl.int64)) * slm
+    o_offs = b * sob + (o_rows[:, None] + rdv[None, :] * sod)
+    finish = True
     if SPLIT:
-        # The partial state (acc, m, l) of this split, unnormalised, fp32; the merge kernel
-        # combines the splits as the online softmax combines blocks.
-        part_rows = b * spb + head_r * sph + (q0 + pos_m.to(tl.int64)) * spm + split.to(tl.int64) * PART_L
-        tl.store(m_part + part_rows, m_i, mask=row_ok)
-        tl.store(l_part + part_rows, l_i, mask=row_ok)
+        # The partial state (acc, m, l) of this split, unnormalised, fp32, in o's layout at
+        # split * PART_O (acc) and o's row order at split * PART_L (m, l, l32); the tile's last
+        # split merges them all (kernels/attention_merge.py) and finishes as an unsplit tile.
+        acc_part, m_part, l_part, l32_part = _split_states(ws_ptr, PART_O, PART_L)
+        part_rows = b * spb + head_r * sph + (q0 + pos_m.to(tl.int64)) * spm
+        split_l = split.to(tl.int64) * PART_L
+        tl.store(m_part + split_l + part_rows, m_i, mask=row_ok)
+        tl.store(l_part + split_l + part_rows, l_i, mask=row_ok)
         if RETURN_LSE:
-            tl.store(l32_part + part_rows, l32, mask=row_ok)
-        a_ptrs = o_ptr + split.to(tl.int64) * PART_O + b * sob + (o_rows[:, None] + rdv[None, :] * sod)
-        tl.store(a_ptrs, acc, mask=o_mask)
-    else:
+            tl.store(l32_part + split_l + part_rows, l32, mask=row_ok)
+        tl.store(acc_part + split.to(tl.int64) * PART_O + o_offs, acc, mask=o_mask)
+        finish = _arrive(counter_ptr + (pid_bh * tl.num_programs(0) + tl.program_id(0)))
+        if finish:
+            acc, l_i, l32, m_i = _merge_splits_tile(
+                acc_part, m_part, l_part, l32_part, part_rows, o_offs, row_ok, o_mask, PART_O, PART_L,
+                BLOCK_M, BLOCK_DV, RETURN_LSE, MASK_KIND == 2)
+    if finish:
         # Rows that saw no key have l == 0 and acc == 0: exact zeros. NaN rows keep NaN (NaN != 0).
         l_safe = tl.where(l_i == 0.0, 1.0, l_i)
         o = acc / l_safe[:, None]
-        store_f32(o_ptr + b * sob + (o_rows[:, None] + rdv[None, :] * sod), o, o_mask, BF16_BITS)
+        store_f32(o_ptr + o_offs, o, o_mask, BF16_BITS)
         if RETURN_LSE:
             if MASK_KIND == 2:  # m in natural units
                 lse = m_i + tl.math.log2(l32) * 0.6931471805599453
@@ -499,26 +509,17 @@ def _launch(q4, k4, v4, o4, lse3, *, batch: int, m_max: int, n_max: int, cu_q, c
     kvl = kv_lens.to(torch.int32).contiguous() if kv_lens is not None else none_i32
     cq = cu_q if cu_q is not None else none_i32
     ck = cu_k if cu_k is not None else none_i32
-    splits, dv = plan.splits, o4.shape[-1]
-    if splits > 1:
-        # Partial states in o's layout (fp32, unnormalised), (m, l, l32) in o's row order.
-        acc_p = torch.empty((splits, *o4.shape), dtype=torch.float32, device=o4.device).as_strided(
-            (splits, *o4.shape), (o4.numel(), *o4.stride()))
-        ml = torch.empty((3, splits, o4.numel() // dv), dtype=torch.float32, device=o4.device)
-        out_t, m_p, l_p, l32_p = acc_p, ml[0], ml[1], ml[2]  # the kernel writes split s at s * PART_O
+    if plan.splits > 1:  # the splits' states and the tiles' arrival counters (kernels/attention_merge.py)
+        counters, ws = split_workspace(*plan.workspace, o4.device)
     else:
-        out_t = kernel_view(o4)
-        m_p = l_p = l32_p = o4
+        ws = counters = o4
 
     def run(stages: int) -> None:
         launch(_attn_fwd_kernel, plan.grid,
-               (kernel_view(q4), kernel_view(k4), kernel_view(v4), out_t, lse_t, kvl, cq, ck, mk, m_p, l_p, l32_p,
-                *plan.args), {**plan.meta, "num_stages": stages}, key=(plan.replay_key, stages))
+               (kernel_view(q4), kernel_view(k4), kernel_view(v4), kernel_view(o4), lse_t, kvl, cq, ck, mk,
+                ws, counters, *plan.args), {**plan.meta, "num_stages": stages}, key=(plan.replay_key, stages))
 
     _with_stages_that_fit(run, plan.stage_key, plan.cfg.num_stages, fixed=num_stages is not None)
-    if splits > 1:
-        merge_splits(acc_p, m_p, l_p, l32_p, o4, lse3, varlen=cu_q is not None, block_dv=plan.cfg.block_dv,
-                     natural=plan.mask_kind == 2)
 
 
 @on_input_device
@@ -554,12 +555,12 @@ def attention(
     key takes part) or an additive float bias (after scale and softcap; -inf hides a key).
     Rows with no visible key give zeros (and lse -inf). return_lse: also the fp32 natural-log
     log-sum-exp (B, Hq, M) of the scores the row sees. num_splits > 1: split-KV (flash-decoding),
-    each split a partial state, then a merge kernel; 0: automatic (on the GPU for decode shapes,
-    1 under the interpreter). Launch knobs: pack_gqa (pack a group's query heads into one tile;
-    None: when M is short), block_m and num_stages change no arithmetic; num_warps changes none
-    under the interpreter, but on a GPU the fp32 row sum (tl.sum) follows the layout it sets (an
-    H200 put an fp32 case 2.4e-7 apart at num_warps=1), within the bound; block_n and num_splits
-    change the online-softmax blocking (tunings).
+    each split a partial state, merged by the tile's last split in the same launch; 0: automatic
+    (on the GPU for decode shapes, 1 under the interpreter). Launch knobs: pack_gqa (pack a
+    group's query heads into one tile; None: when M is short), block_m and num_stages change no
+    arithmetic; num_warps changes none under the interpreter, but on a GPU the fp32 row sum
+    (tl.sum) follows the layout it sets (an H200 put an fp32 case 2.4e-7 apart at num_warps=1),
+    within the bound; block_n and num_splits change the online-softmax blocking (tunings).
     `_rowsum_fp32` (benchmarks only, outside the contract): sum the unrounded P into l as
     FlashAttention does, instead of the rounded P that makes V of all ones give exactly 1.
     Returns a new contiguous (B, Hq, M, Dv) tensor of q's dtype (and lse when asked).

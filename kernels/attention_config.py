@@ -98,12 +98,14 @@ def _sm_count() -> int:
 
 def auto_splits(programs: int, n: int, block_n: int) -> int:
     """Split-KV for decode-shaped problems on the GPU (FlashAttention's num_splits=0): enough
-    splits for one wave, at most one program per SM, each split at least 4 key blocks. 1 under
+    splits for one wave, at most one program per SM, each split at least 2 key blocks. 1 under
     the interpreter (no SMs to fill). A wave and a bit is the worst case: on an H200 (132 SMs;
     decode, 64K-128K keys, groups 4 and 8, so 32 and 16 programs) 5 and 9 splits ran at 0.56-0.71
     of copy, 4 and 8 splits at 0.89-1.01 (reports/attention_bench.md); two per SM (9 and 17) at
-    0.63-0.80."""
+    0.63-0.80. Two blocks, not four, since the merge runs in the same launch: at 1024 keys (groups
+    4 and 8, fp16 and bf16, a CUDA graph on an H200) 4 splits of 2 blocks took 8.3-8.8 us against
+    10.0-10.5 us for 2 splits of 4."""
     if INTERPRET or programs <= 0:
         return 1
     want = _sm_count() // programs
-    return max(1, min(want, n // (4 * block_n), 128))
+    return max(1, min(want, n // (2 * block_n), 128))

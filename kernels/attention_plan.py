@@ -27,10 +27,11 @@ class LaunchPlan:
     grid: tuple[int, int, int]
     splits: int
     mask_kind: int  # 0 none, 1 bool, 2 additive float
-    args: tuple  # the kernel's arguments after its 12 pointers, in its order
+    args: tuple  # the kernel's arguments after its 11 pointers, in its order
     meta: dict  # constexprs and num_warps
     stage_key: tuple  # the variant, for the pipelining depth that fits (`_with_stages_that_fit`)
     replay_key: tuple  # `spec_key(args, meta)`, once per plan (`kernels/_runtime.py:launch`)
+    workspace: tuple[int, int]  # split-KV: (arrival counters, fp32 state values); (0, 0) unsplit
 
 
 def _wide(cfg: AttnConfig, *strides: tuple[int, ...]) -> bool:
@@ -98,12 +99,13 @@ def launch_plan(dtype: torch.dtype, q_shape, q_stride, k_shape, k_stride, v_shap
     cap_in = float(np.float32(sc / cap)) if cap > 0 else 1.0
     cap_out = float(np.float32(cap * unit)) if cap > 0 else 1.0
     ls = lse_stride if lse_stride is not None else (0, 0, 0)
+    grid = (m_tiles, batch * heads, splits)
     if splits > 1:  # split s's partial state sits at s * PART_O (acc) and s * PART_L (m, l, l32)
         part_o = int(np.prod(o_shape))
         ps, part_l = tuple(s // Dv for s in o_stride[:3]), part_o // Dv
+        workspace = (grid[0] * grid[1], splits * (part_o + 3 * part_l))
     else:
-        ps, part_o, part_l = (0, 0, 0), 0, 0
-    grid = (m_tiles, batch * heads, splits)
+        ps, part_o, part_l, workspace = (0, 0, 0), 0, 0, (0, 0)
     if batch * heads > _GRID_YZ_MAX or splits > _GRID_YZ_MAX:
         raise ValueError(f"batch * heads = {batch * heads} and num_splits = {splits} must be at most "
                          f"{_GRID_YZ_MAX} (the GPU's grid limit on its second and third axes)")
@@ -128,4 +130,4 @@ def launch_plan(dtype: torch.dtype, q_shape, q_stride, k_shape, k_stride, v_shap
             int(right >= 0 and not pack and splits == 1), keys_per_split, part_o, part_l)
     mk_dtype = torch.uint8 if mask_kind == 1 else (mask_dtype if mask_kind == 2 else dtype)
     return LaunchPlan(cfg, grid, splits, mask_kind, args, meta,
-                      (dtype, cfg, mk_dtype, tuple(meta.items())), spec_key(args, meta))
+                      (dtype, cfg, mk_dtype, tuple(meta.items())), spec_key(args, meta), workspace)

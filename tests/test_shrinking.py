@@ -412,7 +412,7 @@ def test_a_narrowed_pass_counts_only_through_its_written_argument() -> None:
     from flashcheck.mutation.generate import all_mutants
     from flashcheck.mutation.report import to_markdown
 
-    ms = [m for m in all_mutants(modules=["attention_merge"]) if m.operator == "narrow_int64"][:2]
+    ms = [m for m in all_mutants(modules=["attention"]) if m.operator == "narrow_int64"][:2]
     results = {m.key: {"id": m.id, "status": "error", "only_tests": "past_2_31", "returncode": 0, "wall_seconds": 5.0,
                        "caught_by_test": None, "probe": None, "specs_run": list(m.specs), "tests_passed": 3}
                for m in ms}

@@ -50,7 +50,8 @@ ALL_TARGETS: tuple[Target, ...] = (
         "_split_normalize_kernel": ("softmax_split",),
     }, SOFTMAX_TESTS),
     Target("attention", "attention", {"_attn_fwd_kernel": ("attention",)}, ATTENTION_TESTS, BF16_BITS_TESTS),
-    Target("attention_merge", "attention", {"_attn_merge_kernel": ("attention",)}, ATTENTION_TESTS),
+    Target("attention_merge", "attention", {"_merge_splits_tile": ("attention",), "_arrive": ("attention",)},
+           ATTENTION_TESTS),
     # The shared 16-bit I/O of kernels/_common.py: softmax's loads read -inf padding, attention's read
     # zeros. store_f32 serves both families; its mutants run the softmax suite.
     Target("_common", "softmax", {"load_f32": ("softmax_row", "softmax_online", "softmax_split"),
