@@ -83,8 +83,9 @@ def _attention_launch(dt: str, d: int, causal: bool):
                    window=(-1, -1), softcap=0.0, causal_align="top_left", return_lse=False, num_splits=1,
                    pack_gqa=None, block_m=None, block_n=None, num_warps=None, num_stages=None, rowsum_fp32=False)
     fn = attn._attn_fwd_kernel
-    # q, k, v, o, lse (o's stand-in), kv_lens, cu_q, cu_k (int32 stand-ins), mask, m, l, l32 (o's)
-    pointers = [f"*{dt}"] * 5 + ["*i32"] * 3 + [f"*{dt}"] * 4
+    # q, k, v, o, lse (o's stand-in), kv_lens, cu_q, cu_k (int32 stand-ins), then mask and the
+    # split workspace and counters (o's stand-ins, as `_launch` passes them unsplit)
+    pointers = [f"*{dt}"] * 5 + ["*i32"] * 3 + [f"*{dt}"] * 3
     values = dict(zip((p.name for p in fn.params), [*pointers, *plan.args]))
     values.update({k: v for k, v in plan.meta.items() if k != "num_warps"})
     cfg = plan.cfg
