@@ -1,6 +1,7 @@
 """`python -m flashcheck.reports.kernel_resources`: registers, spills and shared memory of the
 production kernels' main variants, compiled for Hopper (sm_90) with no GPU at all: the attention
-kernel at the launcher's GPU tiles, and the long-row softmax kernels (online, split stats, split
+kernel at the launcher's GPU tiles (prefill, and split-KV decode with and without splits), and the
+long-row softmax kernels (online, split stats, split
 normalize) at the dispatcher's configuration and at other `num_warps`, which leave their bits
 unchanged (the lane count decides the summation; kernels/softmax.py). The last column counts the
 PTX's fused multiply-adds: the softmax kernels compile with contraction off (`softmax.UNFUSED`),
@@ -24,6 +25,7 @@ TRITON_INTERPRET=0. `--cases` picks rows by name.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import subprocess
@@ -34,6 +36,10 @@ PROG = "python -m flashcheck.reports.kernel_resources"
 SHAPE = (4, 16, 4096)  # B, H, S: contiguous (B, H, S, D) tensors, as the benches use
 CASES = {f"attention {dt} D{d}{' causal' if c else ''}": ("attention", dt, d, c)
          for dt in ("fp16", "bf16", "fp32") for d in (64, 128) for c in (False, True)}
+DECODE = (4, 32, 8, 4096)  # B, Hq, Hkv, N: one query token, the decode bench's GQA shape
+# Split-KV decode: each split stores its partial state, and the tile's last split merges them.
+CASES.update({f"attention decode {dt} D{d} splits={s}": ("decode", dt, d, s)
+              for dt in ("fp16", "bf16") for d in (64, 128) for s in (1, 4)})
 SOFTMAX_N = 262144  # a long row: the split-row dispatch's shapes
 SOFTMAX_WARPS = (None, 8, 16)  # None: the configuration's own
 CASES.update({f"softmax {k} {dt}{'' if w is None else f' warps={w}'}": ("softmax", dt, k, w)
@@ -67,29 +73,42 @@ def _signature(fn, values: dict) -> tuple[dict, dict, dict]:
     return sig, consts, attrs
 
 
-def _attention_launch(dt: str, d: int, causal: bool):
+def _attention_launch(dt: str, d: int, causal: bool, *, decode_splits: int = 0):
     """(kernel, argument values, compile options, tile) of the attention launcher for
-    contiguous (B, H, S, d) tensors, no mask, lse or split (the launcher's stand-ins)."""
+    contiguous (B, H, S, d) tensors, no mask or lse; decode_splits > 0: a decode call of shape
+    DECODE with that many splits (its workspace and counters as the launcher passes them)."""
     import importlib
 
     import torch
 
     attn = importlib.import_module("flashcheck.kernels.attention")
     plan_of = importlib.import_module("flashcheck.kernels.attention_plan").launch_plan
-    b, h, s = SHAPE
-    shape, stride = torch.Size((b, h, s, d)), (h * s * d, s * d, d, 1)
-    plan = plan_of(_dtype(dt), shape, stride, shape, stride, shape, stride, shape, stride, None, None,
-                   batch=b, m_max=s, n_max=s, varlen=False, causal=causal, scale=None, has_kv_lens=False,
-                   window=(-1, -1), softcap=0.0, causal_align="top_left", return_lse=False, num_splits=1,
-                   pack_gqa=None, block_m=None, block_n=None, num_warps=None, num_stages=None, rowsum_fp32=False)
+    if decode_splits:
+        b, hq, hkv, n = DECODE
+        q_shape, kv_shape, m = torch.Size((b, hq, 1, d)), torch.Size((b, hkv, n, d)), 1
+    else:
+        b, h, n = SHAPE
+        q_shape = kv_shape = torch.Size((b, h, n, d))
+        m = n
+    q_stride, kv_stride = (_dense(q_shape), _dense(kv_shape))
+    plan = plan_of(_dtype(dt), q_shape, q_stride, kv_shape, kv_stride, kv_shape, kv_stride, q_shape, q_stride,
+                   None, None, batch=b, m_max=m, n_max=n, varlen=False, causal=causal, scale=None,
+                   has_kv_lens=False, window=(-1, -1), softcap=0.0, causal_align="top_left", return_lse=False,
+                   num_splits=max(1, decode_splits), pack_gqa=None, block_m=None, block_n=None, num_warps=None,
+                   num_stages=None, rowsum_fp32=False)
     fn = attn._attn_fwd_kernel
-    # q, k, v, o, lse (o's stand-in), kv_lens, cu_q, cu_k (int32 stand-ins), then mask and the
-    # split workspace and counters (o's stand-ins, as `_launch` passes them unsplit)
-    pointers = [f"*{dt}"] * 5 + ["*i32"] * 3 + [f"*{dt}"] * 3
+    # q, k, v, o, lse (o's stand-in), kv_lens, cu_q, cu_k (int32 stand-ins), mask (o's stand-in),
+    # then split-KV's fp32 workspace and int32 counters (o's stand-ins unsplit), as `_launch` passes them
+    split = plan.splits > 1
+    pointers = [f"*{dt}"] * 5 + ["*i32"] * 3 + [f"*{dt}"] + (["*fp32", "*i32"] if split else [f"*{dt}"] * 2)
     values = dict(zip((p.name for p in fn.params), [*pointers, *plan.args]))
     values.update({k: v for k, v in plan.meta.items() if k != "num_warps"})
     cfg = plan.cfg
     return fn, values, dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages), f"{cfg.block_m}, {cfg.block_n}"
+
+
+def _dense(shape) -> tuple[int, ...]:
+    return tuple(int(math.prod(shape[i + 1:])) for i in range(len(shape)))
 
 
 def _softmax_launch(dt: str, kernel: str, warps: int | None):
@@ -147,8 +166,12 @@ def measure(names) -> list[dict]:
     rows = []
     for name in names:
         family, dt, *rest = CASES[name]
-        fn, values, options, tile = (_attention_launch(dt, *rest) if family == "attention"
-                                     else _softmax_launch(dt, *rest))
+        if family == "attention":
+            fn, values, options, tile = _attention_launch(dt, *rest)
+        elif family == "decode":
+            fn, values, options, tile = _attention_launch(dt, rest[0], False, decode_splits=rest[1])
+        else:
+            fn, values, options, tile = _softmax_launch(dt, *rest)
         warps, stages = options["num_warps"], options["num_stages"]
         kernel = triton.compile(ASTSource(fn, *_signature(fn, values)), target=GPUTarget("cuda", 90, 32), options=options)
         use = _usage(kernel.asm["cubin"])

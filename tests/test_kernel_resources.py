@@ -8,7 +8,8 @@ import pytest
 from flashcheck.reports import kernel_resources
 
 
-@pytest.mark.parametrize("case", ["attention fp16 D64", "softmax split_stats fp16 warps=16"])
+@pytest.mark.parametrize("case", ["attention fp16 D64", "attention decode fp16 D64 splits=4",
+                                  "softmax split_stats fp16 warps=16"])
 def test_a_variant_compiles_for_hopper_without_a_gpu(case: str, capsys: pytest.CaptureFixture) -> None:
     assert kernel_resources.main(["--cases", case]) == 0
     rows = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(f"| {case} |")]
