@@ -1,11 +1,11 @@
 """`python -m flashcheck.reports.kernel_resources`: registers, spills and shared memory of the
 production kernels' main variants, compiled for Hopper (sm_90) with no GPU at all: the attention
 kernel at the launcher's GPU tiles (prefill, and split-KV decode with and without splits), and the
-long-row softmax kernels (online, split stats, split
-normalize) at the dispatcher's configuration and at other `num_warps`, which leave their bits
-unchanged (the lane count decides the summation; kernels/softmax.py). The last column counts the
-PTX's fused multiply-adds: the softmax kernels compile with contraction off (`softmax.UNFUSED`),
-since where the compiler fuses depends on num_warps, and so would the bits.
+long-row softmax kernels (online, split stats, split normalize) at the dispatcher's configuration
+and at other `num_warps`, which leave their bits unchanged (the lane count decides the summation;
+kernels/softmax.py). The last column counts the PTX's fused multiply-adds: the softmax kernels
+compile with contraction off (`softmax.UNFUSED`), since where the compiler fuses depends on
+num_warps, and so would the bits.
 
 Triton compiles to a cubin without a device. ptxas and cuobjdump ship with Triton's NVIDIA backend,
 so on a CPU machine this reads what the GPU will run. Launch arguments come from the real
@@ -34,11 +34,11 @@ import tempfile
 
 PROG = "python -m flashcheck.reports.kernel_resources"
 SHAPE = (4, 16, 4096)  # B, H, S: contiguous (B, H, S, D) tensors, as the benches use
-CASES = {f"attention {dt} D{d}{' causal' if c else ''}": ("attention", dt, d, c)
+CASES = {f"attention {dt} D{d}{' causal' if c else ''}": ("attention", dt, d, c, 0)
          for dt in ("fp16", "bf16", "fp32") for d in (64, 128) for c in (False, True)}
 DECODE = (4, 32, 8, 4096)  # B, Hq, Hkv, N: one query token, the decode bench's GQA shape
 # Split-KV decode: each split stores its partial state, and the tile's last split merges them.
-CASES.update({f"attention decode {dt} D{d} splits={s}": ("decode", dt, d, s)
+CASES.update({f"attention decode {dt} D{d} splits={s}": ("attention", dt, d, False, s)
               for dt in ("fp16", "bf16") for d in (64, 128) for s in (1, 4)})
 SOFTMAX_N = 262144  # a long row: the split-row dispatch's shapes
 SOFTMAX_WARPS = (None, 8, 16)  # None: the configuration's own
@@ -73,7 +73,7 @@ def _signature(fn, values: dict) -> tuple[dict, dict, dict]:
     return sig, consts, attrs
 
 
-def _attention_launch(dt: str, d: int, causal: bool, *, decode_splits: int = 0):
+def _attention_launch(dt: str, d: int, causal: bool, decode_splits: int):
     """(kernel, argument values, compile options, tile) of the attention launcher for
     contiguous (B, H, S, d) tensors, no mask or lse; decode_splits > 0: a decode call of shape
     DECODE with that many splits (its workspace and counters as the launcher passes them)."""
@@ -90,7 +90,7 @@ def _attention_launch(dt: str, d: int, causal: bool, *, decode_splits: int = 0):
         b, h, n = SHAPE
         q_shape = kv_shape = torch.Size((b, h, n, d))
         m = n
-    q_stride, kv_stride = (_dense(q_shape), _dense(kv_shape))
+    q_stride, kv_stride = _dense(q_shape), _dense(kv_shape)
     plan = plan_of(_dtype(dt), q_shape, q_stride, kv_shape, kv_stride, kv_shape, kv_stride, q_shape, q_stride,
                    None, None, batch=b, m_max=m, n_max=n, varlen=False, causal=causal, scale=None,
                    has_kv_lens=False, window=(-1, -1), softcap=0.0, causal_align="top_left", return_lse=False,
@@ -166,12 +166,8 @@ def measure(names) -> list[dict]:
     rows = []
     for name in names:
         family, dt, *rest = CASES[name]
-        if family == "attention":
-            fn, values, options, tile = _attention_launch(dt, *rest)
-        elif family == "decode":
-            fn, values, options, tile = _attention_launch(dt, rest[0], False, decode_splits=rest[1])
-        else:
-            fn, values, options, tile = _softmax_launch(dt, *rest)
+        fn, values, options, tile = (_attention_launch(dt, *rest) if family == "attention"
+                                     else _softmax_launch(dt, *rest))
         warps, stages = options["num_warps"], options["num_stages"]
         kernel = triton.compile(ASTSource(fn, *_signature(fn, values)), target=GPUTarget("cuda", 90, 32), options=options)
         use = _usage(kernel.asm["cubin"])
