@@ -231,7 +231,7 @@ def _attn_block(
 # EVEN_D/EVEN_DV and the blocking are constexprs; unmasked key blocks carry no key mask.
 @triton.jit(do_not_specialize=["sqb", "sqh", "sqm", "skb", "skh", "skn", "svb", "svh", "svn", "sob", "soh", "som",
                                "HQ", "HKV", "GROUP", "M", "N", "D", "DV", "LEFT", "RIGHT", "BOTTOM_RIGHT",
-                               "HAS_KVLEN", "REVERSE_M", "KEYS_PER_SPLIT", "PART_O", "PART_L",
+                               "HAS_KVLEN", "REVERSE_M", "KEYS_PER_SPLIT", "PART_O16", "PART_L",
                                "smb", "smh", "smm", "slb", "slh", "slm", "spb", "sph", "spm"],
             do_not_specialize_on_alignment=["sqd", "skd", "svd", "sod", "smn"])
 def _attn_fwd_kernel(
@@ -239,7 +239,7 @@ def _attn_fwd_kernel(
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod,
     smb, smh, smm, smn, slb, slh, slm, spb, sph, spm,
     HQ, HKV, GROUP, M, N, D, DV, qk_scale, cap_in, cap_out, LEFT, RIGHT, BOTTOM_RIGHT, HAS_KVLEN, REVERSE_M,
-    KEYS_PER_SPLIT, PART_O, PART_L,
+    KEYS_PER_SPLIT, PART_O16, PART_L,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     STRIDE_MUL: tl.constexpr, VARLEN: tl.constexpr, SOFTCAP: tl.constexpr, MASK_KIND: tl.constexpr,
     MASK_BF16_BITS: tl.constexpr, RETURN_LSE: tl.constexpr, SPLIT: tl.constexpr, PACK_GQA: tl.constexpr,
@@ -420,21 +420,21 @@ def _attn_fwd_kernel(
     finish = True
     if SPLIT:
         # The partial state (acc, m, l) of this split, unnormalised, fp32, in o's layout at
-        # split * PART_O (acc) and o's row order at split * PART_L (m, l, l32); the tile's last
-        # split merges them all (kernels/attention_merge.py) and finishes as an unsplit tile.
-        acc_part, m_part, l_part, l32_part = _split_states(ws_ptr, PART_O, PART_L)
+        # split * PART_O16 * 16 (acc) and o's row order at split * PART_L (m, l, l32); the last
+        # split of the tile merges them (kernels/attention_merge.py), then ends as if unsplit.
+        acc_part, m_part, l_part, l32_part = _split_states(ws_ptr, PART_O16.to(tl.int64) * 16, PART_L)
         part_rows = b * spb + head_r * sph + (q0 + pos_m.to(tl.int64)) * spm
         split_l = split.to(tl.int64) * PART_L
         tl.store(m_part + split_l + part_rows, m_i, mask=row_ok)
         tl.store(l_part + split_l + part_rows, l_i, mask=row_ok)
         if RETURN_LSE:
             tl.store(l32_part + split_l + part_rows, l32, mask=row_ok)
-        tl.store(acc_part + split.to(tl.int64) * PART_O + o_offs, acc, mask=o_mask)
+        tl.store(acc_part + split.to(tl.int64) * PART_O16 * 16 + o_offs, acc, mask=o_mask)
         finish = _arrive(counter_ptr + (pid_bh * tl.num_programs(0) + tl.program_id(0)))
         if finish:
             acc, l_i, l32, m_i = _merge_splits_tile(
-                acc_part, m_part, l_part, l32_part, part_rows, o_offs, row_ok, o_mask, PART_O, PART_L,
-                BLOCK_M, BLOCK_DV, RETURN_LSE, MASK_KIND == 2)
+                acc_part, m_part, l_part, l32_part, part_rows, o_offs, row_ok, o_mask, PART_O16.to(tl.int64) * 16,
+                PART_L, BLOCK_M, BLOCK_DV, RETURN_LSE, MASK_KIND == 2)
     if finish:
         # Rows that saw no key have l == 0 and acc == 0: exact zeros. NaN rows keep NaN (NaN != 0).
         l_safe = tl.where(l_i == 0.0, 1.0, l_i)
