@@ -1,4 +1,4 @@
-"""GPU-only attention tests: element offsets past 2^31.
+"""GPU-only attention tests: element offsets past 2^31, and split-KV across streams and graphs.
 
 A kernel that computes a batch, head, row or key offset in int32 reads the wrong element once the
 offset passes 2^31 (FlashAttention and xformers have both shipped such overflows). Each case here
@@ -14,6 +14,11 @@ second sequence starts past 2^31), and `test_split_partials_past_2_31` for split
 states (a split's base past 2^31; an output of more than 2^31 elements), checked on sampled rows.
 Not covered: a partial-state row index (split x rows) past 2^31, which needs 2^31 rows of fp32
 states (128 GiB at head dim 16), more than one GPU holds.
+
+`test_split_kv_on_streams` and `test_split_kv_in_cuda_graphs` run split-KV calls of two shapes in
+turn, on two streams at once, and replayed from a CUDA graph beside eager calls. The interpreter
+runs one program and one call at a time, so scratch state that a kernel keeps between its programs
+or its launches (arrival counters, partial states) is only exercised here.
 """
 from __future__ import annotations
 
@@ -157,8 +162,9 @@ def test_offsets_past_2_31(spec: KernelSpec, which: str, big_memory: None) -> No
     _assert_within(spec, out, q, k, v, kw, which, f"test_offsets_past_2_31' -k '{which}")
 
 
-def _assert_within(spec: KernelSpec, out: torch.Tensor, q, k, v, kw: dict, what: str, replay: str) -> None:
-    oracle = attention_oracle(q, k, v, **kw)
+def _assert_within(spec: KernelSpec, out: torch.Tensor, q, k, v, kw: dict, what: str, replay: str,
+                   oracle=None) -> None:
+    oracle = attention_oracle(q, k, v, **kw) if oracle is None else oracle
     bn, nb = blocking(spec, D, k.shape[2], q.dtype, kw)
     c = compare_attention(out, oracle, block_n=bn, n_blocks=nb, fp32_dot=fp32_dot(spec))
     bad = c.violations
@@ -224,3 +230,96 @@ def test_split_partials_past_2_31(spec: KernelSpec, which: str, big_memory: None
     _assert_within(spec, out[:, :, rows], q[:, :, rows], k, v, kw, f"{which}: rows {rows[:3].tolist()}...",
                    f"test_split_partials_past_2_31' -k '{which}")
     del out, q
+
+
+# Two split-KV shapes (B, Hq, M, N, splits) at head dim D: different tile counts and split counts, so
+# state left by one call (an arrival counter not reset, a partial state of another shape) shows in
+# the next one.
+STREAM_SHAPES = ((2, 4, 1, 700, 4), (1, 8, 3, 300, 3))
+
+
+def _split_cases(spec: KernelSpec) -> list[tuple]:
+    """(q, k, v, kw) for each of STREAM_SHAPES, or a skip when the kernel takes none of them."""
+    if not spec.has("splits"):
+        pytest.skip(f"{spec.name} does not declare num_splits")
+    if not spec.supports(torch.float16) or not spec.supports_head_dim(D):
+        pytest.skip(f"{spec.name} does not take fp16 with head dim {D}")
+    cases = []
+    for i, (b, hq, m, n, splits) in enumerate(STREAM_SHAPES):
+        hkv = 2 if spec.has("gqa") else hq
+        q, k, v = (_contiguous(shape, 40 + 3 * i + j)
+                   for j, shape in enumerate(((b, hq, m, D), (b, hkv, n, D), (b, hkv, n, D))))
+        cases.append((q, k, v, {"num_splits": splits}))
+    return cases
+
+
+def _unguarded(spec: KernelSpec, case: tuple):
+    """The kernel itself, not through the suite's call hook: the hook synchronises the device after
+    every call (to name the kernel of a fault), which would run the streams' calls one after
+    another and cannot be captured in a graph. A fault here surfaces at the test's synchronise."""
+    fn = getattr(spec.fn, "__wrapped__", spec.fn)
+    q, k, v, kw = case
+    return lambda: (lambda r: r[0] if isinstance(r, (tuple, list)) else r)(fn(q, k, v, **kw))
+
+
+def _hold(streams) -> None:
+    """Keep each stream busy for a few milliseconds, so that the calls queued behind it run at once
+    on all of them (the host alone issues them more slowly than they run)."""
+    for s in streams:
+        with torch.cuda.stream(s):
+            torch.cuda._sleep(20_000_000)
+
+
+def _assert_all_within(spec: KernelSpec, cases: list[tuple], outs: list[tuple], replay: str) -> None:
+    torch.cuda.synchronize()
+    oracles = [attention_oracle(q, k, v, **kw) for q, k, v, kw in cases]
+    for i, what, out in outs:
+        q, k, v, kw = cases[i]
+        _assert_within(spec, out, q, k, v, kw, f"split-KV {what}", replay, oracles[i])
+
+
+def test_split_kv_on_streams(spec: KernelSpec) -> None:
+    """Split-KV calls of two shapes in turn on one stream, then on two streams at once: every
+    output within the bound."""
+    cases = _split_cases(spec)
+    run = [_unguarded(spec, c) for c in cases]
+    outs = [(i, "in turn on one stream", run[i]()) for i in (0, 1, 0, 1)]
+    streams = (torch.cuda.Stream(), torch.cuda.Stream())
+    for s in streams:
+        s.wait_stream(torch.cuda.current_stream())
+    _hold(streams)
+    for _ in range(3):
+        for i, s in enumerate(streams):
+            with torch.cuda.stream(s):
+                outs.append((i, f"on stream {i} beside stream {1 - i}", run[i]()))
+    _assert_all_within(spec, cases, outs, "test_split_kv_on_streams")
+
+
+def test_split_kv_in_cuda_graphs(spec: KernelSpec) -> None:
+    """A split-KV call captured in a CUDA graph, replayed on one stream while eager calls of both
+    shapes run on another: every output within the bound. Skips a kernel that cannot be captured."""
+    cases = _split_cases(spec)
+    run = [_unguarded(spec, c) for c in cases]
+    side = torch.cuda.Stream()  # a graph is captured after a warm-up on a side stream, as torch asks
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        run[0]()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            captured = run[0]()
+    except Exception as e:  # noqa: BLE001  (capture is a capability, not part of the numerics contract)
+        pytest.skip(f"{spec.name} cannot be captured in a CUDA graph: {type(e).__name__}: {e}")
+    streams = (torch.cuda.Stream(), torch.cuda.Stream())
+    for s in streams:
+        s.wait_stream(torch.cuda.current_stream())
+    outs = []
+    _hold(streams)
+    for _ in range(2):
+        with torch.cuda.stream(streams[0]):
+            graph.replay()
+            outs.append((0, "replayed from a CUDA graph on stream 0 beside eager calls", captured.clone()))
+        with torch.cuda.stream(streams[1]):
+            outs += [(i, "eager on stream 1 beside a graph replay", run[i]()) for i in (0, 1)]
+    _assert_all_within(spec, cases, outs, "test_split_kv_in_cuda_graphs")
