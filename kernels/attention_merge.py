@@ -32,15 +32,16 @@ def split_workspace(counters: int, floats: int, device: torch.device) -> tuple[t
         return (torch.zeros(counters, dtype=torch.int32, device=device),
                 torch.empty(floats, dtype=torch.float32, device=device))
     key = (device.index, torch._C._cuda_getCurrentRawStream(device.index))  # what Triton launches on
-    hit = _WORKSPACES.get(key)
-    if hit is None or hit[0].numel() < counters or (hit[1].numel() < floats <= _CACHED_FLOATS):
-        old = hit[1].numel() if hit is not None else 0
-        hit = _WORKSPACES[key] = (torch.zeros(max(counters, 1024), dtype=torch.int32, device=device),
-                                  torch.empty(max(old, min(floats, _CACHED_FLOATS)), dtype=torch.float32,
-                                              device=device))
-    if hit[1].numel() < floats:
-        return hit[0], torch.empty(floats, dtype=torch.float32, device=device)
-    return hit
+    kept, states = _WORKSPACES.get(key, (None, None))
+    # Each buffer only grows: calls of two sizes in turn never reallocate (nor re-zero) each other's.
+    if kept is None or kept.numel() < counters:
+        kept = torch.zeros(max(counters, 1024), dtype=torch.int32, device=device)
+    if floats <= _CACHED_FLOATS and (states is None or states.numel() < floats):
+        states = torch.empty(floats, dtype=torch.float32, device=device)
+    _WORKSPACES[key] = kept, states
+    if states is None or states.numel() < floats:
+        return kept, torch.empty(floats, dtype=torch.float32, device=device)
+    return kept, states
 
 
 # -- the merge ------------------------------------------------------------------------------------------
