@@ -185,6 +185,16 @@ def _chosen_splits():
         mod.auto_splits = orig
 
 
+def _backend(name: str):
+    from torch.nn.attention import SDPBackend
+
+    return getattr(SDPBackend, name)
+
+
+_BACKENDS = {"flash": lambda: _backend("FLASH_ATTENTION"), "cudnn": lambda: _backend("CUDNN_ATTENTION"),
+             "efficient": lambda: _backend("EFFICIENT_ATTENTION")}
+
+
 def bench_decode(dtypes, quick: bool, budget: Budget) -> list[dict]:
     from flashcheck.kernels.attention import attention
 
@@ -212,9 +222,12 @@ def bench_decode(dtypes, quick: bool, budget: Budget) -> list[dict]:
             diff = max(diff, max_diff(attention(q, k, v, num_splits=sp), ref))
             ours[sp] = _bench(lambda: attention(q, k, v, num_splits=sp), DECODE_REP)  # noqa: B023  (called here)
         gpu_us = graph_us(lambda: attention(q, k, v, num_splits=0))  # noqa: B023  (called here)
+        # The vendors on the GPU alone too: the short caches' do_bench times are the host's.
+        sdpa_gpu = {name: graph_us(_sdpa(_BACKENDS[name](), q, k, v, False, enable_gqa=True))
+                    for name, t in times.items() if t is not None}
         rows.append({"dtype": _dn(dtype), "n": n, "hq": hq, "hkv": hkv, "bytes": nbytes, "copy_ms": copy_ms[nbytes],
                      "auto_splits": chosen[0] if chosen else None, "ours_ms": ours, "sdpa_ms": times, "max_diff": diff,
-                     "auto_graph_us": gpu_us})
+                     "auto_graph_us": gpu_us, "sdpa_graph_us": sdpa_gpu})
         log(f"decode {_dn(dtype)} N {n} Hkv {hkv}: ours {({s: round(t * 1e3, 1) for s, t in ours.items()})} us "
             f"(auto: {chosen[0] if chosen else '?'} splits), SDPA {times}, copy {copy_ms[nbytes] * 1e3:.1f} us, "
             f"max diff {diff:.3g}")
@@ -225,6 +238,15 @@ def _copy_share(t_copy: float, t_ours: float | None) -> str:
     """`% copy`: t_copy / (2 t_ours), the rate ours reads K/V at as a share of what a copy moves
     (both times in one unit); '-' without a time of ours."""
     return "-" if not t_ours else f"{100 * t_copy / (2 * t_ours):.0f}%"
+
+
+def _best_gpu(graph_us: dict, ours_us) -> tuple[str, str]:
+    """(the fastest captured SDPA backend's time with its name, its time over ours), '-' without one."""
+    best = _best(graph_us)
+    if best is None:
+        return "-", "-"
+    name = next(n for n, t in graph_us.items() if t == best)
+    return f"{best:.1f} ({name})", _x(best, ours_us)
 
 
 def md_decode(rows: list[dict], command: str, skipped: int) -> str:
@@ -242,11 +264,13 @@ def md_decode(rows: list[dict], command: str, skipped: int) -> str:
              "copy from 512 MB up. Caches of a few tens of MB fit in L2, where the graph's back-to-back "
              "replays find them: there `GPU % copy` overstates. "
              "SDPA: `enable_gqa=True`, backend forced ('-': refused). "
-             "`auto / best SDPA`: the fastest SDPA time over ours-auto's (> 1: ours faster). max abs diff: "
+             "`auto / best SDPA`: the fastest SDPA time over ours-auto's (> 1: ours faster). `best SDPA GPU`: "
+             "the fastest SDPA backend's time from a CUDA graph, as `auto GPU` (the backend in brackets), and "
+             "`GPU: best SDPA / auto` its time over ours-auto's there ('-': no capture). max abs diff: "
              "the largest over every ours column, against the first SDPA backend that ran.")
     head = ["dtype", "N", "Hq / Hkv", "copy GB/s", "auto (splits)", "auto % copy", "auto GPU", "GPU % copy",
             *(f"split {s}" for s in SPLITS), "best % copy", "SDPA flash", "SDPA cuDNN", "SDPA efficient",
-            "auto / best SDPA", "max abs diff"]
+            "auto / best SDPA", "best SDPA GPU", "GPU: best SDPA / auto", "max abs diff"]
     out = []
     for r in rows:
         fixed = {s: r["ours_ms"][s] for s in SPLITS}
@@ -259,7 +283,7 @@ def md_decode(rows: list[dict], command: str, skipped: int) -> str:
                     *(f"**{us(t)}**" if s == fastest else us(t) for s, t in fixed.items()),
                     _copy_share(r["copy_ms"], fixed[fastest]),
                     *(us(r["sdpa_ms"][n]) for n in SDPA_ALL), _x(_best(r["sdpa_ms"]), r["ours_ms"]["auto"]),
-                    f"{r['max_diff']:.2g}"])
+                    *_best_gpu(r.get("sdpa_graph_us") or {}, r.get("auto_graph_us")), f"{r['max_diff']:.2g}"])
     return _table("Decode (split-KV)", command, intro, head, out, skipped)
 
 

@@ -49,3 +49,23 @@ def test_sections_replace_only_their_own(tmp_path: Path) -> None:
 def test_the_reproducing_command_leaves_out_the_output_file() -> None:
     assert command_line("prog", ["--quick", "--out", "/tmp/x.md", "--budget", "5", "--out=y"]) == \
         "prog --quick --budget 5"
+
+
+def test_decode_table_sets_ours_against_the_fastest_captured_sdpa(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The decode table's GPU-alone columns: the fastest SDPA backend from a CUDA graph, named, and
+    its time over ours-auto's; '-' where no backend was captured (an older run's rows)."""
+    f = bench_attention_features
+    monkeypatch.setattr(f, "run_info", lambda command: f"a GPU; `{command}`")  # no device to name here
+    row = {"dtype": "float16", "n": 1024, "hq": 32, "hkv": 8, "bytes": 16 << 20, "copy_ms": 0.0135,
+           "auto_splits": 4, "ours_ms": {"auto": 0.03, **{s: 0.03 + s * 1e-3 for s in f.SPLITS}},
+           "sdpa_ms": {"flash": 0.05, "cudnn": 0.02, "efficient": None}, "max_diff": 1e-4,
+           "auto_graph_us": 9.0, "sdpa_graph_us": {"flash": 12.0, "cudnn": 8.1}}
+    old = {k: v for k, v in row.items() if k != "sdpa_graph_us"}
+    lines = [ln for ln in f.md_decode([row, old], "cmd", 0).splitlines() if ln.startswith("| float16")]
+    head = next(ln for ln in f.md_decode([row], "cmd", 0).splitlines() if ln.startswith("| dtype"))
+    cells = [[c.strip() for c in ln.split("|")[1:-1]] for ln in lines]
+    names = [c.strip() for c in head.split("|")[1:-1]]
+    got = [dict(zip(names, c)) for c in cells]
+    assert all(len(c) == len(names) for c in cells)
+    assert got[0]["best SDPA GPU"] == "8.1 (cudnn)" and got[0]["GPU: best SDPA / auto"] == "0.90x"
+    assert got[1]["best SDPA GPU"] == "-" and got[1]["GPU: best SDPA / auto"] == "-"
