@@ -295,6 +295,26 @@ def test_every_triage_argument_names_a_mutant_generated_today() -> None:
     assert not stale, f"{TRIAGE_FILE.relative_to(HOME)} argues for mutants no longer generated: {stale}"
 
 
+def test_hand_mutants_of_state_between_launches_apply_once_and_run_only_on_a_gpu(monkeypatch) -> None:
+    """Split-KV's arrival counters and per-stream workspace have hand-written mutants (no AST
+    operator reaches them); each changes exactly one line of today's source, and, like the int32
+    narrowing, only a GPU run selects them: the interpreter never shares state between launches."""
+    from flashcheck.mutation import between_launches, generate
+
+    hand = [m for m in generate.all_mutants(modules=["attention_merge"]) if m.operator == between_launches.OPERATOR]
+    assert len(hand) == len(between_launches.HAND_MUTANTS) == len({m.key for m in hand})
+    assert all(m.diff().count("\n-") == 1 and m.specs == ("attention",) for m in hand)
+    assert not set(m.id for m in hand) & set(m.id for m in generate.select(
+        hand, functions=None, operators=None, sample=None, seed=0))
+    assert generate.all_mutants(modules=["attention_merge"], operators=["constant"])  # still generated
+    assert not [m for m in generate.all_mutants(modules=["attention_merge"], operators=["constant"])
+                if m.operator == between_launches.OPERATOR]
+    moved = between_launches.HandMutant("attention_merge", "split_workspace", "no such line\n", "", "gone")
+    monkeypatch.setattr(between_launches, "HAND_MUTANTS", (moved,))
+    with pytest.raises(ValueError, match="appears 0 times"):
+        generate.hand_mutants("attention_merge", "attention")
+
+
 def test_a_gpu_triage_argument_replaces_the_plain_one_in_the_compiled_report_only() -> None:
     """A mutant bit-identical under the interpreter may differ in its last bits compiled (the GPU
     schedules each loop on its own): its GPU argument stands in the GPU report, the plain one in

@@ -23,6 +23,9 @@ suite passed). Candidates are triaged by hand in the report, never counted as ki
 Results go to a JSON store (one record per mutant, keyed by the mutated source's hash, so runs
 add up and `--resume` skips what is done) and `--report` writes reports/mutants.md.
 
+Beside the generated mutants, `between_launches` lists hand-written ones of what a launch leaves for
+the next (split-KV's arrival counters and per-stream workspace), which only a GPU run selects.
+
 One role per module: `operators` (the mutation operators), `generate` (targets, mutants, selection),
 `probe` (inside the subprocess: the import hook and the equivalence probe), `runner` (one mutant's
 suite run, the store), `report` (the Markdown), `cli` (the command line; `flashcheck/mutants.py`

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from flashcheck import HOME, mutation
 from flashcheck.mutation import runner, sanitizer
+from flashcheck.mutation import between_launches
 from flashcheck.mutation.generate import ALL_TARGETS, all_mutants, select
 from flashcheck.mutation.operators import GPU_ONLY_OPERATORS, OPERATORS
 from flashcheck.mutation.report import TRIAGE_FILE, to_markdown
@@ -29,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--module", action="append", choices=sorted({t.module for t in ALL_TARGETS}),
                    help="only this kernels/ module (repeatable)")
     p.add_argument("--function", action="append", help="only mutants of this @triton.jit function (repeatable)")
-    p.add_argument("--operator", action="append", choices=list(OPERATORS), help="only this operator (repeatable)")
+    p.add_argument("--operator", action="append", choices=[*OPERATORS, between_launches.OPERATOR],
+                   help="only this operator (repeatable)")
     p.add_argument("--gpu-only-operators", action="store_true",
                    help=f"also run {', '.join(GPU_ONLY_OPERATORS)} mutants (only a GPU can kill them)")
     p.add_argument("--sample", type=int, default=None, help="a deterministic random sample of this many")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from flashcheck import HOME, SUITE
+from flashcheck.mutation import between_launches
 from flashcheck.mutation.operators import GPU_ONLY_OPERATORS, OPERATORS, is_tl
 
 # ---- what is mutated, and which tests see it -------------------------------------------------------
@@ -225,7 +226,7 @@ def generate(target: Target, *, operators: list[str] | None = None, functions: l
     starts = _offsets(source)
     fn_specs = specs_of_functions(source, target.roots)
     interp_only = interpreter_only_nodes(source)
-    ops = {k: OPERATORS[k] for k in (operators or OPERATORS)}
+    ops = {k: OPERATORS[k] for k in (operators or OPERATORS) if k in OPERATORS}
     seen: set[str] = set()
     out: list[Mutant] = []
     for name, fn in jit_functions(source).items():
@@ -270,11 +271,36 @@ def generate(target: Target, *, operators: list[str] | None = None, functions: l
     return out
 
 
+def hand_mutants(module: str, family: str) -> list[Mutant]:
+    """The hand-written mutants of kernels/<module>.py (`between_launches.HAND_MUTANTS`). Raises
+    ValueError when one no longer matches the source exactly once: its code moved or changed."""
+    source = module_file(module).read_text()
+    out = []
+    for h in between_launches.HAND_MUTANTS:
+        if h.module != module:
+            continue
+        if source.count(h.old) != 1:
+            raise ValueError(f"hand mutant of {module}.{h.function} ({h.description}): its code appears "
+                             f"{source.count(h.old)} times in kernels/{module}.py, not once; update "
+                             "flashcheck/mutation/between_launches.py")
+        at = source.index(h.old)
+        line = source.count("\n", 0, at) + 1
+        k = 1 + sum(m.line == line for m in out)
+        out.append(Mutant(id=f"{module}:{h.function}:{between_launches.OPERATOR}:{line}:{k}", module=module,
+                          family=family, function=h.function, operator=between_launches.OPERATOR, line=line,
+                          description=h.description, specs=h.specs, source=source.replace(h.old, h.new)))
+    return out
+
+
 def all_mutants(*, modules: list[str] | None = None, **kw: Any) -> list[Mutant]:
     out = []
     for t in ALL_TARGETS:
         if not modules or t.module in modules:
             out += generate(t, **kw)
+    for module, family in dict.fromkeys((t.module, t.family) for t in ALL_TARGETS):
+        if (not modules or module in modules) and (not kw.get("operators")
+                                                   or between_launches.OPERATOR in kw["operators"]):
+            out += hand_mutants(module, family)
     return out
 
 

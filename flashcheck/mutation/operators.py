@@ -6,6 +6,8 @@ import ast
 import re
 from typing import Callable
 
+from flashcheck.mutation import between_launches
+
 # ---- operators -----------------------------------------------------------------------------------------
 #
 # An operator looks at one node and returns (replacement text, description) pairs; `seg` gives a node's
@@ -214,5 +216,6 @@ OPERATORS: dict[str, Callable[[ast.AST, Seg, dict], list[Edit]]] = {
 
 # Operators whose mutants only a GPU run can kill: int32 offsets overflow only past 2^31 elements
 # (or strides), tensors the interpreter cannot hold; the GPU tests (flashcheck/suite/test_softmax_gpu.py
-# test_more_than_2_31_elements, test_strides_past_2_31) are the ones that can see them.
-GPU_ONLY_OPERATORS = ("narrow_int64",)
+# test_more_than_2_31_elements, test_strides_past_2_31) are the ones that can see them. And the
+# hand-written mutants of state kept between launches (flashcheck/mutation/between_launches.py).
+GPU_ONLY_OPERATORS = ("narrow_int64", between_launches.OPERATOR)

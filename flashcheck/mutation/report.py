@@ -91,7 +91,8 @@ def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triag
     else:
         left_out = [m for m in mutants if m.operator in GPU_ONLY_OPERATORS and m.key not in results]
         left_out_txt = (f"GPU-only, not run under the interpreter: {len(left_out)} ({', '.join(GPU_ONLY_OPERATORS)}: "
-                        "int32 offsets only overflow past 2^31 elements; flashcheck/suite/test_softmax_gpu.py and "
+                        "int32 offsets only overflow past 2^31 elements, and state one launch leaves for the next "
+                        "is never shared by the interpreter's launches; flashcheck/suite/test_softmax_gpu.py and "
                         "test_attention_gpu.py are where they can die)")
     per_mod: dict[str, list[int]] = {}
     for m in mutants:
