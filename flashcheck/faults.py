@@ -99,6 +99,18 @@ def _cuda_devices(args: tuple, kwargs: dict) -> list[torch.device]:
     return sorted(devs, key=str)
 
 
+def unsynchronised_call(fn: Callable[..., Any], name: str, args: tuple, kwargs: dict) -> Any:
+    """Call the unhooked kernel fn as `name` without `guarded_call`'s synchronisation, for a test
+    that queues calls on several streams or captures them in a CUDA graph (a synchronisation after
+    each would run them one after another, and cannot be captured). Counted in CALLS like any call;
+    a fault surfaces at the test's own synchronisation."""
+    if _LOST:
+        raise GpuFault(f"not run: the CUDA context was lost earlier in this process ({_LOST[0]})",
+                       "context lost")
+    CALLS[0] += 1
+    return fn(*args, **kwargs)
+
+
 def guarded_call(fn: Callable[..., Any], name: str, args: tuple, kwargs: dict) -> Any:
     """Call fn(*args, **kwargs) as the kernel `name`: a device synchronisation after a CUDA call,
     context-killing errors raised as GpuFault. The hook every registered kernel call goes through

@@ -132,6 +132,20 @@ def test_guarded_call_names_kernel_and_input_then_refuses() -> None:
     assert KernelSpec(name="again", family="softmax", fn=spec.fn).fn is spec.fn, "hooking is idempotent"
 
 
+def test_an_unsynchronised_call_is_counted_and_refused_in_a_lost_context(monkeypatch) -> None:
+    """The GPU stream and graph tests call the kernel past the hook (no synchronisation after
+    each call): each call still counts as checked, so a run of those tests alone is not 'nothing
+    checked', and a dead context is still refused before the kernel."""
+    calls = []
+    before = faults.CALLS[0]
+    assert faults.unsynchronised_call(lambda x: calls.append(x) or x + 1, "fake", (1,), {}) == 2
+    assert faults.CALLS[0] == before + 1 and calls == [1]
+    monkeypatch.setattr(faults, "_LOST", ["an earlier fault"])
+    with pytest.raises(faults.GpuFault, match="context was lost"):
+        faults.unsynchronised_call(lambda x: calls.append(x), "fake", (2,), {})
+    assert calls == [1]
+
+
 def test_ordinary_errors_pass_through_unchanged() -> None:
     def kernel(x):
         raise ValueError("bad rank")
