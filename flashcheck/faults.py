@@ -107,8 +107,13 @@ def unsynchronised_call(fn: Callable[..., Any], name: str, args: tuple, kwargs: 
     if _LOST:
         raise GpuFault(f"not run: the CUDA context was lost earlier in this process ({_LOST[0]})",
                        "context lost")
+    from flashcheck import isolation
+
+    isolation.note_call(name, args, kwargs)  # a crash names the last call launched
     CALLS[0] += 1
-    return fn(*args, **kwargs)
+    out = fn(*args, **kwargs)
+    isolation.note_return()
+    return out
 
 
 def guarded_call(fn: Callable[..., Any], name: str, args: tuple, kwargs: dict) -> Any:
