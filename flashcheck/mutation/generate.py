@@ -297,7 +297,7 @@ def all_mutants(*, modules: list[str] | None = None, **kw: Any) -> list[Mutant]:
     for t in ALL_TARGETS:
         if not modules or t.module in modules:
             out += generate(t, **kw)
-    for module, family in dict.fromkeys((t.module, t.family) for t in ALL_TARGETS):
+    for module, family in {t.module: t.family for t in reversed(ALL_TARGETS)}.items():  # a module's first family
         if (not modules or module in modules) and (not kw.get("operators")
                                                    or between_launches.OPERATOR in kw["operators"]):
             out += hand_mutants(module, family)
