@@ -31,9 +31,12 @@ def blocking(spec: KernelSpec, head_dim: int, n: int, dtype: torch.dtype,
              kw: dict | None = None) -> tuple[int, int]:
     """(block_n, n_blocks) the bound needs for this call: the spec's key blocking
     (`KernelSpec.key_blocking` for kw's options), and one rescale more per split of split-KV (kw's
-    num_splits)."""
+    num_splits). num_splits=0 asks the kernel to choose (FlashAttention's and ours): the count is
+    not the caller's to know, so the bound takes the most such a choice makes, a split per key
+    block; a tuning of 0 declared with a block_n was held to no split's rescale before."""
     bn, nb = spec.key_blocking(head_dim, n, dtype, kw or {})
-    splits = int((kw or {}).get("num_splits", 1) or 1)
+    asked = (kw or {}).get("num_splits", 1)
+    splits = nb if asked == 0 else int(asked or 1)
     return bn, nb + (splits if splits > 1 else 0)
 
 

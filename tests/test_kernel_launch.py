@@ -98,3 +98,23 @@ def test_row_sum_method_ignores_tile_overrides() -> None:
         assert base.rowsum_dot
         for kw in ({"block_m": 16}, {"block_m": 128, "num_warps": 8}, {"num_stages": 1}):
             assert A.attn_config(d, dtype, edged=edged, **kw).rowsum_dot, kw
+
+
+def test_an_automatic_split_count_is_bounded_by_a_split_per_key_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    """num_splits=0 lets the launcher choose; the bound cannot know the count, so it takes a split
+    per key block, which the GPU's choice (`auto_splits`, at least 2 blocks a split) never exceeds."""
+    from flashcheck.kernels.registry import get
+    from flashcheck.properties_attention_outcome import blocking
+
+    spec = get("attention")
+    for n in (1, 100, 4096, 70000):
+        bn, nb = blocking(spec, 64, n, torch.float16, {})
+        assert blocking(spec, 64, n, torch.float16, {"num_splits": 0}) == (bn, nb + (nb if nb > 1 else 0))
+        assert blocking(spec, 64, n, torch.float16, {"num_splits": 3}) == (bn, nb + 3)
+        assert blocking(spec, 64, n, torch.float16, {"num_splits": 1}) == (bn, nb)
+    monkeypatch.setattr(C, "INTERPRET", False)
+    monkeypatch.setattr(C, "_sm_count", lambda: 132)
+    for programs in (1, 8, 32, 131, 132, 500):
+        for n in (1, 127, 128, 1024, 4096, 65536, 1 << 20):
+            for block_n in (32, 64, 128):
+                assert C.auto_splits(programs, n, block_n) <= max(1, -(-n // block_n))
