@@ -99,14 +99,19 @@ def _cuda_devices(args: tuple, kwargs: dict) -> list[torch.device]:
     return sorted(devs, key=str)
 
 
+def _refuse_if_lost() -> None:
+    """A kernel call in a process whose CUDA context a fault killed would fail or hang: refused."""
+    if _LOST:
+        raise GpuFault(f"not run: the CUDA context was lost earlier in this process ({_LOST[0]})",
+                       "context lost")
+
+
 def unsynchronised_call(fn: Callable[..., Any], name: str, args: tuple, kwargs: dict) -> Any:
     """Call the unhooked kernel fn as `name` without `guarded_call`'s synchronisation, for a test
     that queues calls on several streams or captures them in a CUDA graph (a synchronisation after
     each would run them one after another, and cannot be captured). Counted in CALLS like any call;
     a fault surfaces at the test's own synchronisation."""
-    if _LOST:
-        raise GpuFault(f"not run: the CUDA context was lost earlier in this process ({_LOST[0]})",
-                       "context lost")
+    _refuse_if_lost()
     from flashcheck import isolation
 
     isolation.note_call(name, args, kwargs)  # a crash names the last call launched
@@ -120,9 +125,7 @@ def guarded_call(fn: Callable[..., Any], name: str, args: tuple, kwargs: dict) -
     """Call fn(*args, **kwargs) as the kernel `name`: a device synchronisation after a CUDA call,
     context-killing errors raised as GpuFault. The hook every registered kernel call goes through
     (`kernels.registry.set_call_hook`, attached by `flashcheck.kernel_hooks`)."""
-    if _LOST:
-        raise GpuFault(f"not run: the CUDA context was lost earlier in this process ({_LOST[0]})",
-                       "context lost")
+    _refuse_if_lost()
     from flashcheck import isolation
 
     isolation.note_call(name, args, kwargs)

@@ -49,8 +49,11 @@ def _draws_more(item: pytest.Item, n: int) -> bool:
     return own is None or own.max_examples > n
 
 
+QUICK_SUFFIX = "_quick"
+
+
 def quick_name(originalname: str) -> str:
-    return f"{originalname}_quick"
+    return originalname + QUICK_SUFFIX
 
 
 def selectable_nodeid(nodeid: str) -> str:
@@ -59,8 +62,8 @@ def selectable_nodeid(nodeid: str) -> str:
     run makes the copy again wherever the quick pass is on."""
     head, sep, last = nodeid.rpartition("::")
     name, bracket, params = last.partition("[")
-    if sep and name.endswith("_quick"):
-        return f"{head}{sep}{name[:-len('_quick')]}{bracket}{params}"
+    if sep and name.endswith(QUICK_SUFFIX):
+        return f"{head}{sep}{name.removesuffix(QUICK_SUFFIX)}{bracket}{params}"
     return nodeid
 
 

@@ -63,17 +63,21 @@ def _sdpa(backend, q, k, v, causal, **kw):
     return run
 
 
+def sdpa_backend(name: str):
+    """The SDPA backend a table names: flash, cudnn or efficient."""
+    from torch.nn.attention import SDPBackend
+
+    return {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+            "efficient": SDPBackend.EFFICIENT_ATTENTION}[name]
+
+
 def time_sdpa(q, k, v, causal: bool, names, *, rep: int = 400, log=print, **kw) -> tuple[dict, torch.Tensor | None]:
     """Time SDPA with each backend of `names` (flash, cudnn, efficient) forced: ({name: ms or None
     when the backend refuses the input}, the first backend's output or None)."""
-    from torch.nn.attention import SDPBackend
-
-    backends = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
-                "efficient": SDPBackend.EFFICIENT_ATTENTION}
     times, ref = {}, None
     for name in names:
         try:
-            fn = _sdpa(backends[name], q, k, v, causal, **kw)
+            fn = _sdpa(sdpa_backend(name), q, k, v, causal, **kw)
             out = fn()
             ref = out if ref is None else ref
             times[name] = _bench(fn, rep)

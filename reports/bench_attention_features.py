@@ -39,7 +39,8 @@ import torch
 
 from .bench_launch import bench_launch, graph_us, md_launch
 from .bench_attention import (
-    DTYPES, OUT, _bench, _sdpa, command_line, flops, max_diff, no_gpu, run_info, time_sdpa, write_sections,
+    DTYPES, OUT, _bench, _sdpa, command_line, flops, max_diff, no_gpu, run_info, sdpa_backend, time_sdpa,
+    write_sections,
 )
 
 PROG = "python -m flashcheck.reports.bench_attention_features"
@@ -185,16 +186,6 @@ def _chosen_splits():
         mod.auto_splits = orig
 
 
-def _backend(name: str):
-    from torch.nn.attention import SDPBackend
-
-    return getattr(SDPBackend, name)
-
-
-_BACKENDS = {"flash": lambda: _backend("FLASH_ATTENTION"), "cudnn": lambda: _backend("CUDNN_ATTENTION"),
-             "efficient": lambda: _backend("EFFICIENT_ATTENTION")}
-
-
 def bench_decode(dtypes, quick: bool, budget: Budget) -> list[dict]:
     from flashcheck.kernels.attention import attention
 
@@ -223,7 +214,7 @@ def bench_decode(dtypes, quick: bool, budget: Budget) -> list[dict]:
             ours[sp] = _bench(lambda: attention(q, k, v, num_splits=sp), DECODE_REP)  # noqa: B023  (called here)
         gpu_us = graph_us(lambda: attention(q, k, v, num_splits=0))  # noqa: B023  (called here)
         # The vendors on the GPU alone too: the short caches' do_bench times are the host's.
-        sdpa_gpu = {name: graph_us(_sdpa(_BACKENDS[name](), q, k, v, False, enable_gqa=True))
+        sdpa_gpu = {name: graph_us(_sdpa(sdpa_backend(name), q, k, v, False, enable_gqa=True))
                     for name, t in times.items() if t is not None}
         rows.append({"dtype": _dn(dtype), "n": n, "hq": hq, "hkv": hkv, "bytes": nbytes, "copy_ms": copy_ms[nbytes],
                      "auto_splits": chosen[0] if chosen else None, "ours_ms": ours, "sdpa_ms": times, "max_diff": diff,
