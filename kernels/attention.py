@@ -422,18 +422,19 @@ def _attn_fwd_kernel(
         # The partial state (acc, m, l) of this split, unnormalised, fp32, in o's layout at
         # split * PART_O16 * 16 (acc) and o's row order at split * PART_L (m, l, l32); the last
         # split of the tile merges them (kernels/attention_merge.py), then ends as if unsplit.
-        acc_part, m_part, l_part, l32_part = _split_states(ws_ptr, PART_O16.to(tl.int64) * 16, PART_L)
+        part_o = PART_O16.to(tl.int64) * 16  # written as a multiple of 16: the compiler sees the alignment
+        acc_part, m_part, l_part, l32_part = _split_states(ws_ptr, part_o, PART_L)
         part_rows = b * spb + head_r * sph + (q0 + pos_m.to(tl.int64)) * spm
         split_l = split.to(tl.int64) * PART_L
         tl.store(m_part + split_l + part_rows, m_i, mask=row_ok)
         tl.store(l_part + split_l + part_rows, l_i, mask=row_ok)
         if RETURN_LSE:
             tl.store(l32_part + split_l + part_rows, l32, mask=row_ok)
-        tl.store(acc_part + split.to(tl.int64) * PART_O16 * 16 + o_offs, acc, mask=o_mask)
+        tl.store(acc_part + split.to(tl.int64) * part_o + o_offs, acc, mask=o_mask)
         finish = _arrive(counter_ptr + (pid_bh * tl.num_programs(0) + tl.program_id(0)))
         if finish:
             acc, l_i, l32, m_i = _merge_splits_tile(
-                acc_part, m_part, l_part, l32_part, part_rows, o_offs, row_ok, o_mask, PART_O16.to(tl.int64) * 16,
+                acc_part, m_part, l_part, l32_part, part_rows, o_offs, row_ok, o_mask, part_o,
                 PART_L, BLOCK_M, BLOCK_DV, RETURN_LSE, MASK_KIND == 2)
     if finish:
         # Rows that saw no key have l == 0 and acc == 0: exact zeros. NaN rows keep NaN (NaN != 0).

@@ -270,6 +270,15 @@ class OnlineConfig:
     group: int = 1  # contiguous values a lane folds at once (decides the bits with block)
 
 
+def chunk_warps(block: int) -> int:
+    """The chunked kernels' default num_warps: 256 lanes a warp (8 per thread), at most 16.
+    The H200 sweep (`reports/bench_softmax.py --tune`, seventeenth session) put 16 warps at
+    block 4096 ahead of 8 in one run: split fp32 1x2^26 0.617 -> 0.633 of copy, online fp32
+    1024x65536 0.642 -> 0.660 and fp16 0.631 -> 0.666; split fp16 level (0.593, 0.591). The
+    bits do not change: fixed trees, per-lane state, no fused multiply-add (UNFUSED)."""
+    return 1 if INTERPRET else max(1, min(16, block // 256))
+
+
 def online_config(n: int = 0, dtype: torch.dtype = torch.float16, *, block_n: int | None = None,
                   num_warps: int | None = None) -> OnlineConfig:
     """The chunk (= lane count) decides the bits; num_warps does not (fixed tree, per-lane state)."""
@@ -281,7 +290,7 @@ def online_config(n: int = 0, dtype: torch.dtype = torch.float16, *, block_n: in
         block = 128  # CPU rows of hundreds to thousands take several chunks (cost: per operation)
     else:  # from the H200 sweep in reports/bench_softmax.py --tune
         block = 4096
-    warps = num_warps or (1 if INTERPRET else max(1, min(8, block // 1024)))
+    warps = num_warps or chunk_warps(block)
     return OnlineConfig(block, warps, group_size(block, dtype))
 
 
@@ -440,7 +449,7 @@ def split_config(n: int = 0, dtype: torch.dtype = torch.float16, *, block_n: int
     if iters < 1:
         raise ValueError(f"chunks_per_block must be >= 1, got {iters}")
     mb = _pow2("merge_block", merge_block) if merge_block is not None else mb
-    warps = num_warps or (1 if INTERPRET else max(1, min(8, block // 1024)))
+    warps = num_warps or chunk_warps(block)
     return SplitConfig(block, iters, mb, warps, group_size(block, dtype))
 
 

@@ -41,7 +41,7 @@ DECODE = (4, 32, 8, 4096)  # B, Hq, Hkv, N: one query token, the decode bench's 
 CASES.update({f"attention decode {dt} D{d} splits={s}": ("attention", dt, d, False, s)
               for dt in ("fp16", "bf16") for d in (64, 128) for s in (1, 4)})
 SOFTMAX_N = 262144  # a long row: the split-row dispatch's shapes
-SOFTMAX_WARPS = (None, 8, 16)  # None: the configuration's own
+SOFTMAX_WARPS = (None, 4, 8)  # None: the configuration's own (16 at block 4096: softmax.chunk_warps)
 CASES.update({f"softmax {k} {dt}{'' if w is None else f' warps={w}'}": ("softmax", dt, k, w)
               for k in ("online", "split_stats", "split_normalize") for dt in ("fp16", "fp32") for w in SOFTMAX_WARPS})
 REGS_PER_SM, SMEM_PER_SM = 65536, 233472  # Hopper: 64K 32-bit registers, 228 KiB shared memory per SM
