@@ -285,14 +285,25 @@ def test_every_triage_argument_names_a_mutant_generated_today() -> None:
     argument left under the old id argues for nothing and its mutant goes unargued (nine softmax
     arguments had drifted so)."""
     import json
+    import re
 
     from flashcheck import HOME
     from flashcheck.mutation.generate import all_mutants
     from flashcheck.mutation.report import GPU_TRIAGE, TRIAGE_FILE
 
     ids = {m.id for m in all_mutants()}
-    stale = sorted({k.removeprefix(GPU_TRIAGE) for k in json.loads(TRIAGE_FILE.read_text())} - ids)
+    triage = json.loads(TRIAGE_FILE.read_text())
+    stale = sorted({k.removeprefix(GPU_TRIAGE) for k in triage} - ids)
     assert not stale, f"{TRIAGE_FILE.relative_to(HOME)} argues for mutants no longer generated: {stale}"
+    # An argument may lean on another ("as drop_mask:353:1", "as 311:1": same function, and the
+    # same operator when none is named); when lines move, that reference must move with them.
+    dangling = []
+    for key, text in triage.items():
+        module, function, operator = key.removeprefix(GPU_TRIAGE).split(":")[:3]
+        for op, line in re.findall(r"\bas (?:([a-z_]+):)?(\d+:\d+)\b", text):
+            if f"{module}:{function}:{op or operator}:{line}" not in ids:
+                dangling.append(f"{key} -> {op or operator}:{line}")
+    assert not dangling, f"{TRIAGE_FILE.relative_to(HOME)} refers to mutants no longer generated: {dangling}"
 
 
 def test_hand_mutants_of_state_between_launches_apply_once_and_run_only_on_a_gpu(monkeypatch) -> None:
@@ -451,6 +462,7 @@ def test_merging_device_stores_keeps_each_groups_result(tmp_path) -> None:
     """Groups run side by side from copies of one store: a copy's stale entries (as in the base)
     never undo another group's result, and an undecided verdict never replaces a decided one."""
     import json
+    import re
 
     from flashcheck.mutation.cli import main
 
