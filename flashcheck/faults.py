@@ -99,11 +99,24 @@ def _cuda_devices(args: tuple, kwargs: dict) -> list[torch.device]:
     return sorted(devs, key=str)
 
 
-def _refuse_if_lost() -> None:
-    """A kernel call in a process whose CUDA context a fault killed would fail or hang: refused."""
+def _begin_call(name: str, args: tuple, kwargs: dict) -> None:
+    """What every kernel call does first: refused in a process whose CUDA context a fault killed
+    (it would fail or hang), else noted for crash isolation (a crash names the last call launched)
+    and counted in CALLS."""
     if _LOST:
         raise GpuFault(f"not run: the CUDA context was lost earlier in this process ({_LOST[0]})",
                        "context lost")
+    from flashcheck import isolation
+
+    isolation.note_call(name, args, kwargs)
+    CALLS[0] += 1
+
+
+def _end_call() -> None:
+    """What every kernel call that returned does last: the crash isolation's note is cleared."""
+    from flashcheck import isolation
+
+    isolation.note_return()
 
 
 def unsynchronised_call(fn: Callable[..., Any], name: str, args: tuple, kwargs: dict) -> Any:
@@ -111,13 +124,9 @@ def unsynchronised_call(fn: Callable[..., Any], name: str, args: tuple, kwargs: 
     that queues calls on several streams or captures them in a CUDA graph (a synchronisation after
     each would run them one after another, and cannot be captured). Counted in CALLS like any call;
     a fault surfaces at the test's own synchronisation."""
-    _refuse_if_lost()
-    from flashcheck import isolation
-
-    isolation.note_call(name, args, kwargs)  # a crash names the last call launched
-    CALLS[0] += 1
+    _begin_call(name, args, kwargs)
     out = fn(*args, **kwargs)
-    isolation.note_return()
+    _end_call()
     return out
 
 
@@ -125,11 +134,7 @@ def guarded_call(fn: Callable[..., Any], name: str, args: tuple, kwargs: dict) -
     """Call fn(*args, **kwargs) as the kernel `name`: a device synchronisation after a CUDA call,
     context-killing errors raised as GpuFault. The hook every registered kernel call goes through
     (`kernels.registry.set_call_hook`, attached by `flashcheck.kernel_hooks`)."""
-    _refuse_if_lost()
-    from flashcheck import isolation
-
-    isolation.note_call(name, args, kwargs)
-    CALLS[0] += 1
+    _begin_call(name, args, kwargs)
     try:
         out = fn(*args, **kwargs)
         for dev in _cuda_devices(args, kwargs):
@@ -141,5 +146,5 @@ def guarded_call(fn: Callable[..., Any], name: str, args: tuple, kwargs: dict) -
         msg = f"{kind} in {name} on ({describe_args(args, kwargs)}): {type(e).__name__}: {str(e).strip()}"
         _LOST.append(msg)
         raise GpuFault(msg, kind) from e
-    isolation.note_return()
+    _end_call()
     return out

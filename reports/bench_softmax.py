@@ -108,8 +108,9 @@ def run_tune(rep: int) -> list[dict]:
         "online": [dict(block_n=b, num_warps=w) for b, w in
                    ((1024, 2), (2048, 4), (2048, 8), (4096, 4), (4096, 8), (4096, 16), (8192, 8))],
         # The spans in chunks other than powers of two set the CTA count of both passes between
-        # the defaults' (8 chunks: 2048 CTAs a 2^26 row, 1.55 waves of the 16-bit normalise pass
-        # and 1.72 of fp32's on an H200) and 16's: whole waves leave no SM idle in the last one.
+        # the default's (8 chunks: 2048 CTAs a 2^26 row) and 16's, to look for whole waves. On an
+        # H200 they showed no trend with waves; 16 warps, not the span, lifted fp32
+        # (reports/softmax_bench.md, seventeenth section).
         "split": [dict(block_n=b, chunks_per_block=c, num_warps=w) for b, c, w in
                   ((1024, 32, 2), (2048, 16, 4), (2048, 32, 4), (4096, 16, 8), (4096, 8, 4), (4096, 8, 8),
                    (4096, 8, 16), (4096, 16, 16), (4096, 5, 8), (4096, 6, 8), (4096, 7, 8), (4096, 10, 8),
