@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy, composite
 
 from flashcheck.kernels import DEVICE
+from flashcheck.oracles import bounds
 from flashcheck.oracles.formats import BF16, FP16, Format
 from .case import Case
 from .records import StrategyClass, by_name
@@ -369,13 +370,31 @@ def _halfway_row(n: int, rng: np.random.Generator, fmt: Format) -> np.ndarray:
     return row
 
 
+@functools.lru_cache(maxsize=None)
+def halfway_max_n(fmt: Format) -> int:
+    """The longest halfway row (a power of two) on which a kernel of unknown summation depth is
+    still held to 1 ULP. A kernel that declares no `depth` is bounded at depth n (recursive
+    summation, oracles/bounds.py), so its relative allowance e = (3|d| + 3E + n + SLACK) u grows
+    with the row; with |d|, E <= 4 on a halfway row and y/ulp(y) < 2^p, the ULP allowance
+    floor(e y/ulp + 1) stays 1 while (n + 24 + SLACK) u 2^p < 1. Past that (fp16: 8152, bf16:
+    65496) the 1.5 ULP of 16-bit terms fits inside the bound, so on a GPU's 2^17 rows they would
+    never show."""
+    half = fmt if fmt.bits == 16 else FP16
+    limit = 1.0 / (bounds.U32 * 2.0**half.precision) - 24 - bounds.SLACK
+    return 1 << (int(limit).bit_length() - 1)
+
+
 @composite
 def long_uniform_rows(draw, *, fmt: Format, max_n: int, max_m: int = 2, strided: bool = False) -> Case:
     """Long rows of (nearly) equal values: an fp16 accumulator of the denominator stalls at 2048;
-    "halfway" rows (`_halfway_row`) make terms rounded to 16 bits drift the sum past the bound."""
+    "halfway" rows (`_halfway_row`) make terms rounded to 16 bits drift the sum past the bound.
+    Cases with halfway rows are folded into `halfway_max_n` (the same draw below it)."""
     m = draw(st.integers(1, max_m))
     n = draw(st.integers(max(1, max_n // 2), max_n))
     mode = draw(_mode(UNIFORM_KINDS))
+    cap = halfway_max_n(fmt)
+    if mode in ("halfway", ALL) and n > cap:
+        n = cap // 2 + n % (cap // 2 + 1)
     kinds = list(UNIFORM_KINDS) if mode == ALL else [mode] * m
     rng = np.random.default_rng(draw(_seed()))
     noise = {"exact": 0.0, "noisy": 1e-3}
