@@ -75,6 +75,40 @@ def header(title: str, *, what: str, device: str, date: str, commit: str, digest
     return [f"# {title}", "", *[f"- {k}: {vals[k]}" for k in FIELDS], *([note] if note else []), ""]
 
 
+# ---- records made of sections (the bench records) ---------------------------------------------------
+
+#: How a section of a bench record says where it was measured (bench_attention.run_info writes it).
+STAMP = re.compile(r"(?P<device>[^\n;`]+?), (?P<date>\d{4}-\d{2}-\d{2}); torch (?P<torch>[^,;\s]+), "
+                   r"triton (?P<triton>[^;\s]+); commit (?P<commit>\w+), kernels `(?P<digest>[0-9a-f]{16})`")
+_BLOCK = re.compile(r"<!-- (?:bench:)?(?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- /(?:bench:)?(?P=name) -->", re.S)
+
+
+def stamp() -> str:
+    """`commit C, kernels `D`` for a section's first line."""
+    return f"commit {short_commit()}, kernels `{kernels_digest()}`"
+
+
+def sectioned_header(text: str, title: str, what: str, command: str) -> str:
+    """`text` (sections between `<!-- NAME -->` markers) with its header rebuilt from the sections'
+    stamps: a section rewritten at other kernels than the rest shows as its own digest."""
+    found = [(b["name"], m) for b in _BLOCK.finditer(text) for m in [STAMP.search(b["body"])] if m]
+
+    def by(value) -> str:  # one value, or each with the sections it holds for
+        groups: dict[str, list[str]] = {}
+        for name, m in found:
+            groups.setdefault(value(m), []).append(name)
+        if len(groups) == 1:
+            return next(iter(groups))
+        return "; ".join(f"{v} ({', '.join(ns)})" for v, ns in groups.items()) or "?"
+
+    dates = sorted({m["date"] for _, m in found})
+    head = header(title, what=what, device=by(lambda m: f"{m['device']}, torch {m['torch']}, triton {m['triton']}"),
+                  date=" to ".join(dict.fromkeys([dates[0], dates[-1]])) if dates else "?",
+                  commit=by(lambda m: m["commit"]), digest=by(lambda m: f"`{m['digest']}`"), command=command)
+    start = text.find("<!-- ")
+    return "\n".join(head) + "\n" + (text[start:] if start >= 0 else text)
+
+
 def read_header(text: str) -> dict[str, str]:
     """The header's fields (those of FIELDS found in the bullets right after the title)."""
     out: dict[str, str] = {}
