@@ -114,7 +114,7 @@ def run_tune(rep: int) -> list[dict]:
         # The spans in chunks other than powers of two set the CTA count of both passes between
         # the default's (8 chunks: 2048 CTAs a 2^26 row) and 16's, to look for whole waves. On an
         # H200 they showed no trend with waves; 16 warps, not the span, lifted fp32
-        # (reports/softmax_bench.md, the tuning section).
+        # (reports/softmax_bench.md, "Why 16 warps").
         "split": [dict(block_n=b, chunks_per_block=c, num_warps=w) for b, c, w in
                   ((1024, 32, 2), (2048, 16, 4), (2048, 32, 4), (4096, 16, 8), (4096, 8, 4), (4096, 8, 8),
                    (4096, 8, 16), (4096, 16, 16), (4096, 5, 8), (4096, 6, 8), (4096, 7, 8), (4096, 10, 8),

@@ -29,6 +29,7 @@ MAX_LINES = 200
 REPORTS = Path(__file__).resolve().parent
 INDEX = REPORTS / "README.md"
 _DIGEST = re.compile(r"`([0-9a-f]{16})`")
+_SECTIONS = re.compile(r"`([0-9a-f]{16})`(?: \(([^)]*)\))?")
 _FIELD = re.compile(r"^- (?P<k>[a-z ]+): (?P<v>.*)$")
 
 
@@ -72,7 +73,7 @@ def header(title: str, *, what: str, device: str, date: str, commit: str, digest
            note: str = "") -> list[str]:
     """A record's first lines. `digest`: the kernels digest as Markdown (backticked), or `none`."""
     vals = dict(zip(FIELDS, (what, device, date, commit, digest, f"`{command}`")))
-    return [f"# {title}", "", *[f"- {k}: {vals[k]}" for k in FIELDS], *([note] if note else []), ""]
+    return [f"# {title}", "", *[f"- {k}: {vals[k]}" for k in FIELDS], *(["", note] if note else []), ""]
 
 
 # ---- records made of sections (the bench records) ---------------------------------------------------
@@ -124,10 +125,14 @@ def digests(fields: dict[str, str]) -> list[str]:
 
 
 def status(fields: dict[str, str], current: str) -> str:
+    """current, stale, or stale with the sections that are current named (a record of sections)."""
     ds = digests(fields)
     if not ds:
         return "current (runs no kernel)"
-    return "current" if all(d == current for d in ds) else "stale"
+    if all(d == current for d in ds):
+        return "current"
+    fresh = [names for d, names in _SECTIONS.findall(fields["kernels digest"]) if d == current and names]
+    return f"stale (current: {', '.join(fresh)})" if fresh else "stale"
 
 
 def records() -> list[Path]:
