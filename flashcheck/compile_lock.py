@@ -2,7 +2,7 @@
 for the first to build it and then load it from Triton's on-disk cache.
 
 Cold, the GPU suite is compile-bound (one H200, 16 workers: 3232 of 4317 worker-seconds were
-Triton compiling, `reports/gpu_run.md` part p), and the workers start on tests that need the same
+Triton compiling, `git show 2d0dacc:reports/gpu_run.md`, part p), and the workers start on tests that need the same
 launch variants at the same moment. Triton's cache is shared by the workers but says nothing about
 a compilation in progress, so each of them builds the binary itself. `install()` wraps
 `JITFunction._do_compile` (a worker's first launch of a specialisation: a compilation or a cache

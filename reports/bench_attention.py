@@ -27,6 +27,7 @@ import torch
 
 from flashcheck import atomic, kernels  # noqa: F401  (kernels: runtime switch first)
 from flashcheck.kernels._runtime import INTERPRET
+from flashcheck.reports.records import sectioned_header, stamp
 
 OUT = Path(__file__).resolve().parent / "attention_bench.md"
 SHAPES = [(4, 16, 4096, 64), (4, 16, 4096, 128), (2, 16, 16384, 128)]
@@ -118,11 +119,12 @@ def run_case(b, h, s, d, dtype, causal, *, sweep: bool = False, log=print) -> di
 
 
 def run_info(command: str) -> str:
-    """What every table's header states: device, date, versions and the command that made it."""
+    """What every table's first line states: device, date, versions, commit, kernels digest and the
+    command that made it (records.STAMP reads it back for the record's header)."""
     import triton
 
     return (f"{torch.cuda.get_device_name()}, {dt.date.today().isoformat()}; torch {torch.__version__}, "
-            f"triton {triton.__version__}; `{command}`")
+            f"triton {triton.__version__}; {stamp()}; `{command}`")
 
 
 def command_line(prog: str, argv: list[str] | None) -> str:
@@ -140,10 +142,19 @@ def command_line(prog: str, argv: list[str] | None) -> str:
 _SECTION = re.compile(r"<!-- bench:(?P<name>[\w-]+) -->\n.*?<!-- /bench:(?P=name) -->\n", re.S)
 
 
-def write_sections(path: Path, sections: dict[str, str]) -> None:
+#: The record's header: (title, what it measures, the one command that regenerates it).
+HEAD = ("Attention forward speed",
+        "forward attention speed on the GPU: ours (kernels/attention.py) against torch SDPA's backends, and the "
+        "features (GQA, split-KV decode, varlen, window and softcap, launch cost)",
+        "python -m flashcheck.reports.bench_attention --all")
+
+
+def write_sections(path: Path, sections: dict[str, str], head: tuple[str, str, str] | None = None) -> None:
     """Put each section's Markdown into `path` between `<!-- bench:NAME -->` and `<!-- /bench:NAME
     -->`, replacing that section where the file has it and appending it otherwise; the rest of the
-    file stays as it was. A file without any marker is taken whole as the `main` section."""
+    file stays as it was. A file without any marker is taken whole as the `main` section. `head`
+    (HEAD's shape): the text above the first marker becomes the record's header, rebuilt from the
+    sections' stamps (run_info)."""
     text = path.read_text() if path.exists() else ""
     if text.strip() and not _SECTION.search(text):
         text = f"<!-- bench:main -->\n{text.rstrip()}\n<!-- /bench:main -->\n"
@@ -154,6 +165,8 @@ def write_sections(path: Path, sections: dict[str, str]) -> None:
             text = text[:found[0].start()] + block + text[found[0].end():]
         else:
             text = (text.rstrip() + "\n\n" if text.strip() else "") + block
+    if head:
+        text = sectioned_header(text, *head)
     atomic.write_text(path, text)  # the other sections' tables are in this file too: never half-written
 
 
@@ -167,7 +180,7 @@ def no_gpu(prog: str) -> bool:
 
 def to_markdown(rows: list[dict], command: str = "python -m flashcheck.reports.bench_attention") -> str:
     name = torch.cuda.get_device_name()
-    lines = [f"# Attention forward speed, {name}", "",
+    lines = [f"## Attention forward speed, {name}", "",
              f"{run_info(command)}. "
              "TFLOP/s = 4 B H S^2 D / time (halved when causal), time from triton.testing.do_bench "
              "(median), all in one run. `flash` / `cudnn`: torch SDPA with that backend forced.", "",
@@ -216,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                           + (f"; best sweep {r['best_sweep']}" if "best_sweep" in r else ""), flush=True)
         md = to_markdown(rows, command)
         print(md)
-        write_sections(args.out, {"main": md})
+        write_sections(args.out, {"main": md}, HEAD)
         print(f"wrote {args.out}")
     if args.features or args.all:
         from .bench_attention_features import SECTIONS, run_sections

@@ -39,7 +39,7 @@ import torch
 
 from .bench_launch import bench_launch, graph_us, md_launch
 from .bench_attention import (
-    DTYPES, OUT, _bench, _sdpa, command_line, flops, max_diff, no_gpu, run_info, sdpa_backend, time_sdpa,
+    DTYPES, HEAD, OUT, _bench, _sdpa, command_line, flops, max_diff, no_gpu, run_info, sdpa_backend, time_sdpa,
     write_sections,
 )
 
@@ -486,7 +486,7 @@ def run_sections(sections, *, quick: bool, out: Path, command: str, budget: floa
         if rows:
             text = md(rows, command, clock.skipped.get(name, 0))
             print(text, flush=True)
-            write_sections(out, {name: text})
+            write_sections(out, {name: text}, HEAD)
         if os.environ.get("OUT"):
             Path(os.environ["OUT"], "attention_features.json").write_text(json.dumps(results, indent=1, default=str))
     log(f"wrote {out}")

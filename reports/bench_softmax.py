@@ -13,7 +13,6 @@ row with the copy's GB/s of the same bytes and the SM count; `--tune-only` runs 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import sys
@@ -28,10 +27,15 @@ from flashcheck.kernels.softmax import (
     split_config,
 )
 
-import triton
 from triton.testing import do_bench
 
-from .bench_attention import write_sections
+from .bench_attention import run_info, write_sections
+
+PROG = "python -m flashcheck.reports.bench_softmax"
+#: softmax_bench.md's header (bench_attention.write_sections): its main table and its accuracy section.
+HEAD = ("Softmax throughput and accuracy of the long rows",
+        "softmax throughput of each kernel and the dispatcher against torch.softmax and a copy, and the long "
+        "rows' accuracy against float64", f"{PROG} && python -m flashcheck.reports.softmax_accuracy")
 from .bench_launch import graph_of, host_us
 
 SHAPES = [(65536, 1024), (16384, 4096), (4096, 16384), (2048, 32768), (1024, 65536), (256, 262144), (64, 1048576),
@@ -110,7 +114,7 @@ def run_tune(rep: int) -> list[dict]:
         # The spans in chunks other than powers of two set the CTA count of both passes between
         # the default's (8 chunks: 2048 CTAs a 2^26 row) and 16's, to look for whole waves. On an
         # H200 they showed no trend with waves; 16 warps, not the span, lifted fp32
-        # (reports/softmax_bench.md, seventeenth section).
+        # (reports/softmax_bench.md, "Why 16 warps").
         "split": [dict(block_n=b, chunks_per_block=c, num_warps=w) for b, c, w in
                   ((1024, 32, 2), (2048, 16, 4), (2048, 32, 4), (4096, 16, 8), (4096, 8, 4), (4096, 8, 8),
                    (4096, 8, 16), (4096, 16, 16), (4096, 5, 8), (4096, 6, 8), (4096, 7, 8), (4096, 10, 8),
@@ -143,12 +147,10 @@ def run_tune(rep: int) -> list[dict]:
 
 
 def markdown(rows: list[dict], notes: list[str]) -> str:
-    props = torch.cuda.get_device_properties(0)
     lines = [
-        "# Softmax throughput",
+        "## Softmax throughput",
         "",
-        f"GPU: {props.name} ({props.multi_processor_count} SMs), date {dt.date.today().isoformat()}, "
-        f"torch {torch.__version__}, triton {triton.__version__}. "
+        f"{run_info(PROG)}. "
         "GB/s count one read of x and one write of y; `triton.testing.do_bench` median, L2 flushed "
         "before each call; copy = `y.copy_(x)` of the same bytes, measured in the same run. "
         "`graph`: the dispatcher's call captured in a CUDA graph and replayed (the GPU's time without "
@@ -193,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rows, notes = run_main(SHAPES, list(DTYPES), rep=rep)
     md = markdown(rows, notes)
-    write_sections(Path(args.out), {"main": md})  # the accuracy section (softmax_accuracy.py) stays
+    write_sections(Path(args.out), {"main": md}, HEAD)  # the accuracy section (softmax_accuracy.py) stays
     print(md)
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "softmax_bench.json").write_text(json.dumps({"rows": rows, "tune": tune}))

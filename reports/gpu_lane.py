@@ -17,7 +17,6 @@ at most S seconds: what the derandomized CI draws never try; its findings are in
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -30,14 +29,7 @@ from pathlib import Path
 from flashcheck import HOME, SUITE, atomic
 from flashcheck.mutation.sanitizer import ERROR_LINE, KERNEL_LINE, SUMMARY_LINE
 from flashcheck.phases import PHASES, summarize
-
-
-def kernels_digest() -> str:
-    """sha256 over kernels/*.py (names and bytes): which kernels a record was made at."""
-    h = hashlib.sha256()
-    for p in sorted((HOME / "kernels").glob("*.py")):
-        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
+from flashcheck.reports.records import header, kernels_digest
 
 
 def device_line() -> str:
@@ -274,23 +266,32 @@ def sweep_shard(shard: str, deadline: float) -> int:
 
 # ---- the record ---------------------------------------------------------------------------------
 
+#: A record is read, not searched: the longest lists are cut here and kept whole in gpu_run.json.
+FAILURES, SLOWEST, PHASE_FILES, SANITIZER_LINES = 40, 10, 15, 10
+
+#: One call runs the whole lane; a device call too short for it runs parts (`--files`, `--resume`, `--merge`).
+REGENERATE = "python3 -m flashcheck.reports.gpu_lane --out build/lane --commit $(git rev-parse --short HEAD)"
+WHAT = ("every test of the suite (tests/ and flashcheck/suite) in the gpu profile, and the memory-safety "
+        "sweep (every case of reports/memcheck_sweep.py under compute-sanitizer memcheck)")
+
+
 def write_record(out: Path, rec: dict) -> Path:
+    """DIR/gpu_run.md (the record, reports/records.py's shape: copy it to reports/gpu_run.md) and
+    DIR/gpu_run.json (everything, uncut)."""
     s, w = rec.get("suite"), rec.get("sweep")
-    lines = ["# GPU lane record", "",
-             f"- device: {rec['device']}",
-             f"- commit: {rec['commit']} (kernels/ digest `{rec['kernels']}`)",
-             f"- date: {rec['date']}",
-             f"- lane command: `{rec['lane_command']}`", ""]
+    lines = header("GPU lane", what=WHAT, device=rec["device"], date=rec["date"], commit=rec["commit"],
+                   digest=f"`{rec['kernels']}`", command=REGENERATE)
+    lines += [f"This run: `{rec['lane_command']}`" + (" (the last call; parts are listed below)" if s and s.get("parts") else ""), ""]
     if s:
         lines += ["## Suite (gpu profile)", "",
-                  (f"- command: `{s['command']}`" if not s.get("parts") else
-                   "- parts (each resumed what the earlier left; a failure re-run decides by its last run):\n"
-                   + "\n".join(f"  - `{c}`" for c in s["parts"])),
                   f"- collected {s['collected']}: **{s['passed']} passed, {s['failed']} failed, {s['error']} errors, "
                   f"{s['skipped']} skipped, {len(s['not_run'])} not run**",
-                  f"- wall time: {s['wall_s']} s (pytest exit: {s['rc']})", ""]
+                  f"- wall time: {s['wall_s']} s (pytest exit: {s['rc']})",
+                  (f"- pytest: `{s['command']}`" if not s.get("parts") else
+                   f"- in {len(s['parts'])} parts, each resuming (`--resume`) what the earlier left; a test run "
+                   "again is decided by its last run:\n" + "\n".join(f"  - `{c}`" for c in s["parts"][:5])), ""]
         if s["failures"]:
-            lines += ["Failures:", ""] + [f"- `{n}`: {m}" for n, m in s["failures"][:60]] + [""]
+            lines += [f"Failures ({len(s['failures'])}):", ""] + [f"- `{n}`: {m}" for n, m in s["failures"][:FAILURES]] + [""]
         if s.get("fixtures"):
             lines += [f"Fixtures this run saved (copied to `{out.name}/fixtures/`): "
                       + ", ".join(f"`{f}`" for f in s["fixtures"][:40]), ""]
@@ -298,21 +299,20 @@ def write_record(out: Path, rec: dict) -> Path:
             lines += [f"Not run ({len(s['not_run'])}): " + ", ".join(f"`{n}`" for n in s["not_run"][:20]), ""]
         if s.get("phases"):
             lines += phase_table(s["phases"])
-        lines += ["Slowest 20 tests:", "", "| s | test |", "|---|---|"]
-        lines += [f"| {d:.1f} | `{n}` |" for d, n in s["slowest"]] + [""]
+        lines += [f"Slowest {SLOWEST} tests (s):", "", "| s | test |", "|---|---|"]
+        lines += [f"| {d:.1f} | `{n}` |" for d, n in s["slowest"][:SLOWEST]] + [""]
     if w:
         clean = w["sanitizer_errors"] == 0 and not w["failed_cases"] and w["ok"] == w["cases"]
         lines += ["## Memory-safety sweep (`compute-sanitizer --tool memcheck`)", "",
-                  f"- command: `python3 -m flashcheck.reports.gpu_lane --no-suite` (runs "
-                  f"`compute-sanitizer --tool memcheck python3 -m flashcheck.reports.memcheck_sweep`)",
                   f"- {w['ok']} of {w['cases']} cases clean; sanitizer errors: {w['sanitizer_errors']} "
                   f"in {w['runs']} sanitizer runs; wall {w['wall_s']} s",
                   f"- result: **{'clean' if clean else 'NOT clean'}**", ""]
         if w["failed_cases"]:
-            lines += ["Failed cases:", ""] + [f"- {c}" for c in w["failed_cases"][:40]] + [""]
+            lines += [f"Failed cases ({len(w['failed_cases'])}):", ""] + \
+                     [f"- {c}" for c in w["failed_cases"][:SANITIZER_LINES]] + [""]
         if w["error_lines"]:
-            lines += ["Sanitizer reports:", ""] + [f"- `{e}`" for e in w["error_lines"]] + \
-                     [f"- kernel `{k}`" for k in w["kernels"]] + [""]
+            lines += ["Sanitizer reports:", ""] + [f"- `{e}`" for e in w["error_lines"][:SANITIZER_LINES]] + \
+                     [f"- kernel `{k}`" for k in w["kernels"][:SANITIZER_LINES]] + [""]
     k = rec.get("soak")
     if k:
         lines += [f"## Soak (`--hypothesis-profile soak`, seed {k['seed']}, at most {k['budget_s']:.0f} s)", "",
@@ -322,7 +322,7 @@ def write_record(out: Path, rec: dict) -> Path:
                   f"{k['error']} errors**, {k['skipped']} skipped, {k['not_run']} not reached",
                   f"- found: " + ("nothing" if not k["failures"] else f"{len(k['failures'])} failing tests, fixtures "
                                   + ", ".join(f"`{f}`" for f in k["fixtures"][:20])), ""]
-        lines += [f"- `{n}`: {m}" for n, m in k["failures"][:30]] + ([""] if k["failures"] else [])
+        lines += [f"- `{n}`: {m}" for n, m in k["failures"][:FAILURES // 2]] + ([""] if k["failures"] else [])
     path = out / "gpu_run.md"
     atomic.write_text(path, "\n".join(lines))
     atomic.write_text(out / "gpu_run.json", json.dumps(rec, indent=1))
@@ -330,9 +330,12 @@ def write_record(out: Path, rec: dict) -> Path:
 
 
 def phase_table(per_file: dict[str, dict[str, float]]) -> list[str]:
-    """Worker-seconds per test file and phase (`flashcheck.phases`), largest file first."""
+    """Worker-seconds per test file and phase (`flashcheck.phases`): the largest files, the rest as one row."""
     rows = sorted(per_file.items(), key=lambda kv: -sum(kv[1].get(p, 0.0) for p in PHASES))
-    total = {k: sum(r.get(k, 0.0) for _, r in rows) for k in (*PHASES, "compiled", "built", "tests")}
+    keys = (*PHASES, "compiled", "built", "tests")
+    add = lambda rs: {k: sum(r.get(k, 0.0) for _, r in rs) for k in keys}  # noqa: E731
+    total, rest = add(rows), rows[PHASE_FILES:]
+    rows = rows[:PHASE_FILES] + ([(f"{len(rest)} other files", add(rest))] if rest else [])
     fmt = lambda r: " | ".join(f"{r.get(p, 0.0):.0f}" for p in PHASES)  # noqa: E731
     return (["Where the time went (worker-seconds of the tests' call phase, each second counted once: `compile` "
              "Triton building binaries, `kernel` launching them, `sync` waiting for the GPU, `oracle`, `compare` "

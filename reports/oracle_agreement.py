@@ -18,6 +18,7 @@ one near-uniform 2^L row. constant 2^H: one constant 2^H row (mpmath's exact 1/k
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import math
 import os
 import platform
@@ -324,12 +325,20 @@ def _pct(a: int, b: int) -> str:
     return f"{a} ({100 * a / b:.4f}%)" if b else "0"
 
 
+WHAT = ("the fast softmax and log-sum-exp oracle (a float64 bound, mpmath where it cannot decide) against "
+        "mpmath on every element of every adversarial class")
+#: The oracles are the subject: no kernel of kernels/ runs, so no kernel change makes this stale.
+NO_KERNEL = "none (runs no kernel: oracles/ against mpmath)"
+
+
 def render(result: dict, command: str, wall: float, long_log2: int, huge_log2: int) -> str:
+    from flashcheck.reports.records import header, short_commit
+
     lines = [
-        "# Fast oracle vs mpmath oracle, bit for bit",
-        "",
-        (f"Command: `{command}` ({wall:.0f} s wall). Machine: {platform.processor() or platform.machine()}, "
-        f"{_cpu_name()}, shared by other jobs (times are indicative). Generator and classes: "
+        *header("Fast oracle vs mpmath oracle, bit for bit", what=WHAT,
+                device=f"{platform.processor() or platform.machine()}, {_cpu_name()}",
+                date=_dt.date.today().isoformat(), commit=short_commit(), digest=NO_KERNEL, command=command),
+        (f"{wall:.0f} s wall on a machine shared by other jobs (times are indicative). Generator and classes: "
         "`reports/oracle_agreement.py`. Every element below was computed by both paths; nothing "
         f"is sampled. Long rows: 2^{long_log2} = {1 << long_log2:,} elements (normal logits behind a "
         f"-inf prefix block, and near-uniform), plus a constant 2^{huge_log2} = {1 << huge_log2:,}-element "

@@ -27,6 +27,7 @@ from flashcheck.oracles.bounds import softmax_ulp_bound
 from flashcheck.oracles.formats import format_of, ulp_of
 
 from .bench_attention import command_line, no_gpu, run_info, write_sections
+from .bench_softmax import HEAD
 
 OUT = Path(__file__).with_name("softmax_bench.md")
 #: (dtype, M, N): the bench's long rows, the same input (seed 0, randn x 4)
@@ -99,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     for dtype, m, n in CASES:
         rows.append(measure(dtype, m, n))
         print(rows[-1], flush=True)
-    write_sections(args.out, {"accuracy": to_markdown(rows, command_line("python -m flashcheck.reports.softmax_accuracy", argv))})
+    write_sections(args.out, {"accuracy": to_markdown(rows, command_line("python -m flashcheck.reports.softmax_accuracy", argv))},
+                   HEAD)
     return 0
 
 

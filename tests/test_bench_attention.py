@@ -37,13 +37,34 @@ def test_sections_replace_only_their_own(tmp_path: Path) -> None:
     assert text.startswith(committed) and text.count("<!-- bench:gqa -->") == 1 and "v1" not in text
     assert text.index("## GQA\nv2") < text.index("## Decode")
     write_sections(f, {"main": "# new main\n"})
-    assert f.read_text().startswith("<!-- bench:main -->\n# new main\n<!-- /bench:main -->\n\n<!-- bench:gqa -->")
+    head = committed[:committed.index("<!-- bench:main -->")]  # the record's header stays as it was
+    assert f.read_text().startswith(head + "<!-- bench:main -->\n# new main\n<!-- /bench:main -->\n\n<!-- bench:gqa -->")
     # a file written before the markers is taken whole as the main section
     old = tmp_path / "old.md"
     old.write_text("# table\nnotes\n")
     write_sections(old, {"varlen": "## Varlen\n"})
     assert old.read_text() == ("<!-- bench:main -->\n# table\nnotes\n<!-- /bench:main -->\n\n"
                                "<!-- bench:varlen -->\n## Varlen\n<!-- /bench:varlen -->\n")
+
+
+def test_the_header_is_rebuilt_from_the_sections_stamps(tmp_path: Path) -> None:
+    """With a head, the text above the first marker becomes the record's header (reports/records.py):
+    a section measured at other kernels shows as its own digest, so a partial re-run cannot pass
+    the whole record off as current."""
+    from flashcheck.reports.records import read_header
+
+    def section(commit: str, digest: str) -> str:
+        return f"## T\n\nNVIDIA H200, 2026-11-2{commit[-1]}; torch 2.11, triton 3.6.0; commit {commit}, kernels `{digest}`; `cmd`.\n"
+    f = tmp_path / "bench.md"
+    f.write_text("# old notebook\n\nsession one\n")
+    write_sections(f, {"main": section("aaaaaa1", "1" * 16)}, ("Title", "what", "the command"))
+    write_sections(f, {"gqa": section("bbbbbb2", "2" * 16)}, ("Title", "what", "the command"))
+    text = f.read_text()
+    h = read_header(text)
+    assert text.startswith("# Title\n") and "session one" not in text.split("<!-- bench:main -->")[0]
+    assert h["kernels digest"] == f"`{'1' * 16}` (main); `{'2' * 16}` (gqa)", h
+    assert h["commit"] == "aaaaaa1 (main); bbbbbb2 (gqa)" and h["date"] == "2026-11-21 to 2026-11-22", h
+    assert h["command"] == "`the command`" and h["device"] == "NVIDIA H200, torch 2.11, triton 3.6.0", h
 
 
 def test_the_reproducing_command_leaves_out_the_output_file() -> None:

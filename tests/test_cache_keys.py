@@ -3,7 +3,7 @@
 Triton 3.6 folds a callee's constexpr globals into a caller's key only when the callee was hashed
 first, so without `kernels._runtime.settle_cache_keys` the online and split softmax kernels got
 one key in some xdist workers and another in the rest, and a warm on-disk cache rebuilt their
-binaries (reports/gpu_run.md, part M; fixed upstream after 3.6 by triton-lang/triton#10494, "Make JIT
+binaries (`git show 2d0dacc:reports/gpu_run.md`, part M; fixed upstream after 3.6 by triton-lang/triton#10494, "Make JIT
 dependency cache keys deterministic"). The keys are computed the JIT's way, without a GPU: each
 order runs in a process of its own with `TRITON_INTERPRET=0`, where `@triton.jit` builds real
 `JITFunction`s.

@@ -426,7 +426,7 @@ def test_phases_count_binaries_built_apart_from_cache_loads(tmp_path: Path) -> N
 
 def test_builds_out_logs_each_binary_with_its_key_parts(tmp_path: Path, monkeypatch) -> None:
     """FLASHCHECK_BUILDS_OUT: one JSON line per binary the listener reports, with what tells two
-    runs' keys apart (how part M of reports/gpu_run.md found Triton's key-order rebuilds)."""
+    runs' keys apart (how part M of `git show 2d0dacc:reports/gpu_run.md` found Triton's key-order rebuilds)."""
     from flashcheck import phases
 
     monkeypatch.setattr(phases, "_BUILDS_OUT", str(tmp_path / "builds"))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from flashcheck.mutation.runner import decided, load_runs, load_store, log_run, 
 
 DEFAULT_STORE = HOME / "reports" / "mutants_store.json"  # tracked: runs on any machine and session add up
 DEFAULT_REPORT = HOME / "reports" / "mutants.md"
+ON = "Triton interpreter (CPU)"
 
 
 def _interpreter() -> bool:
@@ -74,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compiled", action="store_true",
                    help="the store's mutants ran compiled on a GPU (the default on a machine with one): "
                         "GPU-only mutants are selected, interpreter-only ones are not")
-    p.add_argument("--on", default="Triton interpreter (CPU)",
+    p.add_argument("--on", default=ON,
                    help="where the store's mutants ran, for the report's heading (e.g. \"NVIDIA H200, compiled\")")
     args = p.parse_args(argv)
     if args.merge:
@@ -131,10 +133,29 @@ def main(argv: list[str] | None = None) -> int:
     if args.report:
         triage = json.loads(TRIAGE_FILE.read_text()) if TRIAGE_FILE.exists() else {}
         runs = load_runs(args.store)
-        args.report.write_text(to_markdown(every, results, triage, runs, args.on, compiled=compiled))
+        args.report.write_text(to_markdown(every, results, triage, runs, args.on, compiled=compiled,
+                                           command=_report_command(args, compiled), store=_rel(args.store)))
         print(f"wrote {args.report}")
     rs = [results[m.key] for m in chosen if m.key in results]
     return 1 if any(r["status"] == "survived" for r in rs) else 0
+
+
+def _rel(path: Path) -> str:
+    path = path.resolve()
+    return str(path.relative_to(HOME)) if path.is_relative_to(HOME) else str(path)
+
+
+def _report_command(args: argparse.Namespace, compiled: bool) -> str:
+    """The one command that regenerates the report: every mutant not yet decided runs, then the report."""
+    cmd = "python -m flashcheck.mutants --probe-first --resume"
+    if args.store.resolve() != DEFAULT_STORE:
+        cmd += f" --store {_rel(args.store)}"
+    if compiled:
+        cmd += " --compiled"
+    cmd += " --report" + ("" if args.report.resolve() == DEFAULT_REPORT else f" {_rel(args.report)}")
+    if args.on != ON:
+        cmd += f" --on {shlex.quote(args.on)}"
+    return cmd
 
 
 def _merge(p: argparse.ArgumentParser, store_path: Path, files: list[Path]) -> int:

@@ -18,6 +18,10 @@ DETECTED = ("killed", "crashed", "hung")
 UNDECIDED = ("timed_out",)
 
 
+#: Why the interpreter cannot kill a GPU-only operator's mutants.
+GPU_ONLY_WHY = {"narrow_int64": "int32 offsets only overflow past 2^31 elements",
+                "between_launches": "state one launch leaves for the next is never shared by the interpreter's launches"}
+
 HEAD = "| {} | run | killed | hung | timed out | crashed | survived | equivalent | score | wall s (mean) | kill s (median / worst) |"
 RULE = "|---|---|---|---|---|---|---|---|---|---|---|"
 
@@ -44,8 +48,15 @@ def for_device(triage: dict[str, str], *, compiled: bool) -> dict[str, str]:
 
 
 def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triage: dict[str, str],
-                runs: list[dict[str, Any]], where: str = "Triton interpreter (CPU)", *, compiled: bool = False) -> str:
+                runs: list[dict[str, Any]], where: str = "Triton interpreter (CPU)", *, compiled: bool = False,
+                command: str = "python -m flashcheck.mutants --probe-first --resume --report",
+                store: str = "reports/mutants_store.json", commit: str | None = None) -> str:
+    """The record (reports/records.py's shape). The store's results count only for mutants of the
+    kernels/ it is given (a mutant's key is its source), so the digest is of today's kernels/."""
+    from flashcheck.reports.records import header, kernels_digest
+
     triage = for_device(triage, compiled=compiled)
+    runs_log = store.removesuffix(".json") + "_runs.json"  # runner.runs_file's name
 
     def status(r: dict[str, Any]) -> str:  # verdicts of the confirmation runs stand as stored
         return r["status"] if r["status"] in CONFIRMED else classify(r["returncode"], r["status"] == "timed_out",
@@ -61,21 +72,26 @@ def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triag
     narrowed = [m.id for m, r in rows if r["status"] == "error" and r.get("only_tests")]
     errors = [m.id for m, r in rows if r["status"] == "error" and not r.get("only_tests")]
     rows = [(m, r) for m, r in rows if r["status"] != "error"]
-    commit = _git("log", "-1", "--format=%h %cs", "--", "kernels/")
-    out = ["# flashcheck mutation score", "",
-           f"{_dt.date.today().isoformat()}; kernels at commit {commit} (`git log -1 -- kernels/`); {where}. "
-           "Every `@triton.jit` function of `kernels/` mutated one node at a time "
-           "(`flashcheck/mutation/`); each mutant runs the ci suite of the kernels it changes with `-x`, "
-           "Hypothesis shrinking skipped (a mutant of the interpreter's bf16 helpers that the suite does not "
-           "catch then runs their exactness self-test, `tests/test_bf16_bits.py`). **Score** = detected / (run - equivalent - timed out): detected = "
-           "killed (a test failed) + crashed (the test process died of a signal, e.g. an out-of-bounds "
-           "access, before a test could fail); equivalent = survivors argued equivalent below (triage); "
-           "hung = timed out inside one test that the unmutated kernels pass in under 1/{f:g} of the time the "
-           "mutant spent in it (a per-test timeout fails it in CI), counted as detected; other timeouts = "
-           "undecided (on a shared CPU a timeout may be load), listed and left out of the score.".format(f=HANG_FACTOR), "",
-           "Runs (accumulated in the results store; `--resume` skips mutants already run):", "",
-           *[f"- `{r['command']}`: {r['ran']} of {r['selected']} selected mutants run, {r['wall_seconds']} s wall "
-             f"({r['date']})" + (f". {r['note']}" if r.get("note") else "") for r in runs], ""]
+    dates = sorted(r["date"][:10] for r in runs if r.get("date"))
+    out = header(f"Mutation score, {where}", what="the share of one-node mutants of kernels/' `@triton.jit` functions "
+                 "that the ci suite detects, per kernel", device=where,
+                 date=dates[-1] if dates else _dt.date.today().isoformat(),
+                 commit=commit or _git("log", "-1", "--format=%h", "--", "kernels/"),
+                 digest=f"`{kernels_digest()}`", command=command)
+    out += ["Every `@triton.jit` function of `kernels/` mutated one node at a time "
+            "(`flashcheck/mutation/`); each mutant runs the ci suite of the kernels it changes with `-x`, "
+            "Hypothesis shrinking skipped (a mutant of the interpreter's bf16 helpers that the suite does not "
+            "catch then runs their exactness self-test, `tests/test_bf16_bits.py`). **Score** = detected / (run - equivalent - timed out): detected = "
+            "killed (a test failed) + crashed (the test process died of a signal, e.g. an out-of-bounds "
+            "access, before a test could fail); equivalent = survivors argued equivalent below (triage); "
+            "hung = timed out inside one test that the unmutated kernels pass in under 1/{f:g} of the time the "
+            "mutant spent in it (a per-test timeout fails it in CI), counted as detected; other timeouts = "
+            "undecided (on a shared CPU a timeout may be load), listed and left out of the score.".format(f=HANG_FACTOR), ""]
+    if runs:
+        out += [f"Runs: {len(runs)} (`{runs_log}` logs each command, its counts and notes), "
+                f"{dates[0] if dates else '?'} to {dates[-1] if dates else '?'}, "
+                f"{sum(r.get('wall_seconds', 0) for r in runs) / 3600:.1f} h wall in all; results accumulate in the "
+                "store and `--resume` skips mutants already decided.", ""]
     if errors:
         out += [f"Engine errors (pytest could not run; not counted, to be re-run): {', '.join(errors)}", ""]
     if narrowed:
@@ -91,9 +107,9 @@ def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triag
     else:
         left_out = [m for m in mutants if m.operator in GPU_ONLY_OPERATORS and m.key not in results]
         left_out_txt = (f"GPU-only, not run under the interpreter: {len(left_out)} ({', '.join(GPU_ONLY_OPERATORS)}: "
-                        "int32 offsets only overflow past 2^31 elements, and state one launch leaves for the next "
-                        "is never shared by the interpreter's launches; flashcheck/suite/test_softmax_gpu.py and "
-                        "test_attention_gpu.py are where they can die)")
+                        + ", and ".join(GPU_ONLY_WHY.get(o, f"{o} needs a GPU") for o in GPU_ONLY_OPERATORS)
+                        + "; flashcheck/suite/test_softmax_gpu.py "
+                        "and test_attention_gpu.py are where they can die)")
     per_mod: dict[str, list[int]] = {}
     for m in mutants:
         c = per_mod.setdefault(f"{m.module}.{m.function}", [0, 0])
@@ -151,34 +167,53 @@ def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triag
         rs = ops.get(o, [])
         out.append(f"| {o} | {len(rs)} | {sum(r['status'] in DETECTED for r in rs)} | "
                    f"{sum(r['status'] not in DETECTED + UNDECIDED for r in rs)} |")
-    out += ["", "## Survivors", ""]
+    out += ["", "## Survivors", "",
+            "Each survivor's diff: `python -m flashcheck.mutants --diff ID`; the triage's whole argument: "
+            "`reports/mutants_triage.json` (its first sentence below).", ""]
     surv = [(m, r) for m, r in rows if r["status"] not in DETECTED + UNDECIDED]
     undecided = [m.id for m, r in rows if r["status"] in UNDECIDED]
     if undecided:
         out += [f"Timed out (undecided, not in the score): {', '.join(f'`{i}`' for i in undecided)}", ""]
     if not surv:
-        out.append("None.")
+        out += ["None.", ""]
+    else:
+        out += ["| mutant | status | change | run | triage |", "|---|---|---|---|---|"]
     for m, r in surv:
         pr = r.get("probe") or {}
-        probe_txt = ("bit-identical to the original on all {} probe calls".format(pr.get("probes"))
-                     if pr.get("identical") else f"differs from the original: {pr.get('witness') or pr.get('error')}")
-        ran = ("suite not run (bit-identical on the probes, `--probe-first`)" if r.get("suite_skipped") else
-               f"passed the narrowed run `{r['only_tests']}` in {r['wall_seconds']:.0f}s, the whole suite not run: "
-               "decided by the argument below" if r.get("argued") else
-               f"specs run: {', '.join(r.get('specs_run') or m.specs)}; {r['tests_passed']} tests passed in "
-               f"{r['wall_seconds']:.0f}s")
-        out += [f"### `{m.id}` ({r['status']})", "", f"{m.description}. Changes {', '.join(m.specs)}; {ran}. "
-                f"Probe: {probe_txt}.", "",
-                "```diff", m.diff().rstrip(), "```", "",
-                f"**Triage**: {triage.get(m.id, 'NOT TRIAGED')}", ""]
-    out += ["## Killed mutants", "", "| mutant | change | caught by (test) | property | s |", "|---|---|---|---|---|"]
+        probe_txt = (f"bit-identical on {pr.get('probes')} probe calls" if pr.get("identical") else
+                     f"probe differs: {pr.get('witness') or pr.get('error')}")
+        ran = (f"suite not run (`--probe-first`), {probe_txt}" if r.get("suite_skipped") else
+               f"passed the narrowed run `{r['only_tests']}`, the whole suite not run" if r.get("argued") else
+               f"{r['tests_passed']} tests passed in {r['wall_seconds']:.0f}s; {probe_txt}")
+        why = triage.get(m.id, "NOT TRIAGED")
+        out.append(f"| `{m.id}` | {r['status']} | {_cell(m.description)} | {_cell(ran)} | {_cell(_first_sentence(why))} |")
+    killers: dict[str, int] = {}
     for m, r in rows:
         if r["status"] in DETECTED:
-            test = (r["caught_by_test"] or r["status"]).split("::")[-1]
-            out.append(f"| `{m.id}` | {m.description.replace('|', '/')} | {test} | "
-                       f"{r['caught_by_property'] or r.get('exception') or '-'} | {r['wall_seconds']:.0f} |")
+            t = f'`{(r["caught_by_test"] or r["status"]).split("::")[-1]}`'
+            killers[t] = killers.get(t, 0) + 1
+    top = sorted(killers.items(), key=lambda kv: (-kv[1], kv[0]))
+    out += ["", "## What killed them", "", f"The first failing test of each detected mutant, {len(top)} tests in "
+            f"all (each mutant's own: the store, `{store}`):", "",
+            "| test | mutants |", "|---|---|"]
+    out += [f"| {t} | {n} |" for t, n in top[:KILLERS]]
+    if len(top) > KILLERS:
+        out.append(f"| {len(top) - KILLERS} other tests | {sum(n for _, n in top[KILLERS:])} |")
     return "\n".join(out) + "\n"
 
+
+
+#: The record shows the tests that killed most mutants; the store names each mutant's.
+KILLERS = 12
+
+
+def _cell(text: str) -> str:
+    return " ".join(str(text).replace("|", "/").split())
+
+
+def _first_sentence(text: str) -> str:
+    head, dot, _ = text.partition(". ")
+    return head + ("." if dot else "")
 
 
 def _kill_seconds(rs: list[dict[str, Any]]) -> str:
