@@ -15,6 +15,8 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy, composite
 
+import os
+
 from flashcheck.kernels._runtime import DEVICE, INTERPRET
 from flashcheck.kernels.registry import ATTENTION_FEATURES, CAUSAL_ALIGNS
 from flashcheck.oracles.formats import Format, format_of
@@ -25,6 +27,24 @@ from .floats import representable
 LAYOUTS = ("bhsd", "bshd", "padded", "dstep")
 ODD_HEAD_DIMS = (1, 2, 3, 5, 7, 13, 40, 59, 72, 80, 96, 111, 160, 192, 255, 256)
 BLOCKS = (16, 32, 64, 128)  # key-block widths real kernels use
+
+#: Compile-aware geometry (on by default on a GPU; FLASHCHECK_COMPILE_AWARE=0/1 overrides). Triton
+#: compiles a binary per specialisation of a kernel's integer arguments: each is 1, a multiple of
+#: 16 or neither, and a stride is a product of sizes, so a size of 24 against one of 2 makes its
+#: stride a multiple of 16 by coincidence. Sizes drawn freely gave an author's plain attention kernel
+#: 2174 binaries in one gpu-profile verdict (one H200): compiling was most of it. With every drawn
+#: length and head dim 1, odd or a multiple of 16 (`_snap`) and the padded layout's pitches odd, a
+#: stride's class follows from its sizes' classes, so cases of the same classes share binaries. The
+#: CPU draws every size: there nothing is compiled.
+COMPILE_AWARE = os.environ.get("FLASHCHECK_COMPILE_AWARE", "0" if INTERPRET else "1") == "1"
+
+
+def _snap(v: int, lo: int, hi: int) -> int:
+    """v itself where it is 1 or a multiple of 16 (or compile-aware drawing is off), else the odd
+    neighbour inside [lo, hi]: tails and odd sizes survive, even sizes of other classes do not."""
+    if not COMPILE_AWARE or v == 1 or v % 16 == 0 or v % 2:
+        return v
+    return v + 1 if v + 1 <= hi else (v - 1 if v - 1 >= lo else v)
 
 
 @dataclass(frozen=True)
@@ -80,7 +100,10 @@ def _layout_geometry(layout: str, shape: tuple[int, int, int, int], rng_pad: int
     elif layout == "padded":  # rows and heads padded, as a slice of a bigger tensor
         row = D + rng_pad
         head = S * row + 3
-        strides = (H * head + 5, head, row, 1)
+        batch = H * head + 5
+        if COMPILE_AWARE:  # odd pitches: never a multiple of 16 by coincidence (`COMPILE_AWARE`)
+            row, head, batch = row | 1, head | 1, batch | 1
+        strides = (batch, head, row, 1)
     elif layout == "dstep":  # head dim with stride 2 (every other element)
         strides = (H * S * 2 * D, S * 2 * D, 2 * D, 2)
     else:
@@ -111,7 +134,7 @@ def _lengths(max_len: int, *, min_len: int = 1) -> SearchStrategy[int]:
     opts = [st.integers(min_len, max_len)]
     if near:
         opts.append(st.sampled_from(near))
-    return st.one_of(opts)
+    return st.one_of(opts).map(lambda v: _snap(v, min_len, max_len))
 
 
 @composite
@@ -133,7 +156,7 @@ def _head_dim(draw, lim: Limits) -> int:
     if declared:
         return draw(st.sampled_from(declared))
     small = [d for d in (1, 3, 8, 16, 24, 32, 40, 59, 64) if d <= lim.max_head_dim]
-    return draw(st.one_of(st.sampled_from(small), st.integers(1, lim.max_head_dim)))
+    return _snap(draw(st.one_of(st.sampled_from(small), st.integers(1, lim.max_head_dim))), 1, lim.max_head_dim)
 
 
 @composite
@@ -235,7 +258,8 @@ def _align(draw, caps: Caps) -> str:
 def _value_dim(draw, caps: Caps, d: int, lim: Limits) -> int:
     """Dv: usually D, another head dim when the kernel takes Dv != D."""
     if "dv" in caps and draw(st.booleans()):
-        return draw(st.sampled_from([x for x in (1, 8, 20, 33, 64) if x <= lim.max_head_dim] or [d]))
+        return _snap(draw(st.sampled_from([x for x in (1, 8, 20, 33, 64) if x <= lim.max_head_dim] or [d])),
+                     1, lim.max_head_dim)
     return d
 
 
