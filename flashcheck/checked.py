@@ -29,7 +29,7 @@ def _spec_of(item: pytest.Item) -> Any:
 class CheckedTally:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.tests = self.tests_checked = self.examples = self.calls = 0
+        self.tests = self.tests_checked = self.examples = self.calls = self.skipped = 0
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Any:
@@ -53,6 +53,7 @@ class CheckedTally:
         if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):
             return
         self.tests += 1
+        self.skipped += report.skipped
         for key, value in report.user_properties:
             if key == _KEY and report.when == "call":
                 self.examples += value["examples"]
@@ -75,8 +76,11 @@ class CheckedTally:
         if not self._verdict_here() or not self.tests:
             return
         if not self.calls:
+            # (a bad fixture's test fails before any call: "every one skipped" would hide it)
+            why = "every one skipped; -rs lists why" if self.skipped == self.tests else \
+                f"{self.tests - self.skipped} failed before any call"
             terminalreporter.write_sep("=", f"flashcheck: NOTHING WAS CHECKED: the kernel was never called in "
-                                            f"{self.tests} tests (every one skipped; -rs lists why)", red=True)
+                                            f"{self.tests} tests ({why})", red=True)
             return
         terminalreporter.write_line(
             f"flashcheck: checked {self.examples} examples ({self.calls} kernel calls) in {self.tests_checked} of "

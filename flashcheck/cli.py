@@ -87,6 +87,10 @@ def _check(argv: Sequence[str]) -> int:
         print("flashcheck check: pytest could not run the suite (see its errors above): a flashcheck "
               "or environment problem, not a verdict on the kernel", file=sys.stderr)
     s = sup.result
+    if rc == exitcodes.FAILED and s.get("bad_fixtures") and not (s["failed"] or s["crashed"] or s["not_run"]):
+        for reason in s["bad_fixtures"]:  # bad input, as `replay` says it: the kernel failed nothing
+            print(f"flashcheck check: {reason}", file=sys.stderr)
+        return exitcodes.USAGE
     if rc in (exitcodes.OK, exitcodes.NOTHING_CHECKED) and not (s.get("passed") or s.get("failed") or s.get("crashed")):
         print(f"flashcheck check: {_nothing_checked(s)}", file=sys.stderr)
         return exitcodes.NOTHING_CHECKED
@@ -212,18 +216,21 @@ def _replay(argv: Sequence[str]) -> int:
         except fx.FixtureError as e:
             counts["bad fixtures"] += 1
             print(f"ERROR {e}")
-            isolation.end(str(r.path), "bad fixture")  # planned, and done: not "not run"
+            isolation.end(str(r.path), isolation.BAD_FIXTURE)  # planned, and done: not "not run"
             continue
         what = f"{r.path} ({r.spec.name}, {r.payload['property']}{'; ' + r.reason if r.reason else ''})"
-        with isolation.task(str(r.path), ns.timeout):
+        with isolation.task(str(r.path), ns.timeout) as verdict:
+            isolation.note_fixture(r.path)
             try:
                 properties.check(r.spec, r.payload["property"], case)
             except GpuFault as e:  # the context is dead: with a parent, a fresh child replays the rest
                 isolation.fault_exit(f"{r.path}: {e}")
                 counts["failed"] += 1
+                verdict.outcome = "failed"
                 print(f"FAIL {what}\nGpuFault: {e}\n")
             except (Exception, SystemExit) as e:  # the property's verdict, whatever the kernel raised
                 counts["failed"] += 1
+                verdict.outcome = "failed"
                 why = f"the kernel called sys.exit({e.code!r})" if isinstance(e, SystemExit) else \
                     f"{type(e).__name__}: {e}"
                 print(f"FAIL {what}\n{why}\n")

@@ -26,6 +26,7 @@ import json
 import os
 import platform
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -448,14 +449,20 @@ def plan_replays(paths: list[Path], specs: list[Any], *, force: bool = False) ->
                                                f"(registered: {', '.join(sorted(registered))})", payload=payload))
             elif ident is None:
                 out.append(Replay(path, "skip", f"format-1 fixture of external kernel {payload['kernel']!r}, named "
-                                                f"by file stem only: replay it with `flashcheck replay {path} "
-                                                "--kernel TARGET`", payload=payload))
+                                                "by file stem only: replay it with `flashcheck replay "
+                                                f"{shlex.quote(str(path))} --kernel TARGET`", payload=payload))
             else:
                 out.append(Replay(path, "skip", f"not for this kernel: a fixture of {ident}", payload=payload))
             continue
         if (family, payload["property"]) not in PROPERTIES:
             out.append(Replay(path, "bad", f"bad fixture {path}: unknown {family} property {payload['property']!r}",
                               payload=payload))
+            continue
+        _, needed, _, _ = families.get(family).module("properties").kernel_call(matches[0], list(payload["tensors"]))
+        missing = [n for n in needed if n not in payload["tensors"]]
+        if missing:  # else the property's KeyError would read as the kernel's failure
+            out.append(Replay(path, "bad", f"bad fixture {path}: no tensor {', '.join(map(repr, missing))} (the kernel "
+                                           f"is called on {', '.join(needed)})", payload=payload))
             continue
         out.append(Replay(path, "run", note, spec=matches[0], payload=payload))
     return out

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,6 +37,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable, Iterator
 
 from flashcheck import exitcodes
@@ -50,6 +52,8 @@ MAX_RESTARTS = 20
 GRACE = 10.0
 #: Per fixture (replay) or per kernel call (report): past it, the child is killed and the task named.
 DEFAULT_TASK_TIMEOUT = 300.0
+#: A task's outcome (and a pytest report's user property) for a fixture that cannot be replayed: bad input.
+BAD_FIXTURE = "bad fixture"
 #: How a report's kernel calls learn their timeout (`--timeout`), in the process that runs them.
 TIMEOUT_ENV = "FLASHCHECK_TASK_TIMEOUT"
 
@@ -110,14 +114,16 @@ def end(task: str, outcome: str, reason: str | None = None) -> None:
 
 
 @contextmanager
-def task(name: str, timeout: float | None = None) -> Iterator[None]:
+def task(name: str, timeout: float | None = None) -> Iterator[SimpleNamespace]:
     """A non-pytest task (a fixture replayed, a report input): started, then ended unless the
-    process dies in it."""
+    process dies in it. A body that catches its own failure sets `.outcome = "failed"` on what it
+    is given: the run's tally must not count it as passed."""
     from flashcheck.faults import GpuFault
 
+    verdict = SimpleNamespace(outcome="passed")
     start(name, timeout)
     try:
-        yield
+        yield verdict
     except GpuFault:
         if not enabled():
             end(name, "failed")
@@ -125,7 +131,7 @@ def task(name: str, timeout: float | None = None) -> Iterator[None]:
     except BaseException:
         end(name, "failed")
         raise
-    end(name, "passed")
+    end(name, verdict.outcome)
 
 
 def note_call(kernel: str, args: tuple, kwargs: dict) -> None:
@@ -156,7 +162,14 @@ def note_input(spec: Any, prop: str, case: Any) -> None:
     os.replace(tmp, path)
     record("input", task=_J["task"], kernel=spec.name, family=spec.family, property=prop,
            target=fixtures.kernel_target(spec) if spec.external else None, case=repr(case), file=str(path),
+           identity=fixtures.kernel_identity(spec),  # the crash's fixture replays as the kernel's others do
            save=fixtures.saving_enabled(), fixture_dir=str(fixtures.fixture_dir()))
+
+
+def note_fixture(path: Path | str) -> None:
+    """The task replays this fixture: a crash in it names the fixture instead of writing another."""
+    if _J["task"] is not None and enabled():
+        record("fixture", task=_J["task"], path=str(path))
 
 
 def fault_exit(message: str) -> None:
@@ -212,7 +225,7 @@ def in_flight(events: list[dict[str, Any]]) -> dict[str, Any] | None:
             cur = None
         elif e["ev"] == "timeout":
             cur["timeout"] = e["timeout"]
-        elif e["ev"] in ("call", "ret", "input", "fault"):
+        elif e["ev"] in ("call", "ret", "input", "fault", "fixture"):
             cur[e["ev"]] = e
             if e["ev"] == "call":
                 cur.pop("ret", None)
@@ -247,7 +260,7 @@ def explain(cur: dict[str, Any], status: int | None, end_time: float, killed: bo
     msg = f"{cur['task']}: {who}"
     if inp:
         msg += f"\n  {inp['property']} on {inp['case']}"
-        fixture = _fixture(inp, msg)
+        fixture = f"replaying the fixture {cur['fixture']['path']}" if "fixture" in cur else _fixture(inp, msg)
         if fixture:
             msg += "\n" + fixture
     return msg
@@ -266,8 +279,9 @@ def _fixture(inp: dict[str, Any], message: str) -> str:
 
         data = torch.load(inp["file"], weights_only=False)
         case = Case(tensors=data["tensors"], kwargs=data["kwargs"], label=data["label"])
+        extra = {k: inp[k] for k in ("target", "identity") if inp.get(k)}
         spec = KernelSpec(name=inp["kernel"], family=inp["family"], fn=_never, external=bool(inp.get("target")),
-                          extra={"target": inp.get("target")} if inp.get("target") else {})
+                          extra=extra)
         fixtures.configure(directory=Path(inp["fixture_dir"]))
         path = fixtures.save_fixture(spec, inp["property"], case, KernelCrashed(message))
         return repro.replay_note(path, spec)
@@ -336,7 +350,13 @@ class Supervisor:
             stop = threading.Event()
             watcher = threading.Thread(target=self._watch, args=(proc, stop), daemon=True)
             watcher.start()
-            status = proc.wait()
+            try:
+                status = proc.wait()
+            except BaseException:  # Ctrl-C: the child must not go on printing after this returns
+                _stop_child(proc)
+                stop.set()
+                shutil.rmtree(self.dir, ignore_errors=True)
+                raise
             stop.set()
             watcher.join()
             t_end = time.time()
@@ -359,14 +379,16 @@ class Supervisor:
             print(f"\nflashcheck: CRASHED {msg}\n", file=sys.stderr, flush=True)
             rcs.append(exitcodes.FAILED)
             restarts += 1
+            if _reached_maxfail(self.dir):
+                print("flashcheck: stopping after the crash (-x/--maxfail reached); the rest is not run",
+                      file=sys.stderr, flush=True)
+                break
             if restarts > self.max_restarts:
                 print(f"flashcheck: {restarts} crashes: giving up; the rest is not run", file=sys.stderr)
                 break
         return self.summary(rcs)
 
     def summary(self, rcs: list[int]) -> int:
-        import shutil
-
         self.result = s = tally(self.dir)
         shutil.rmtree(self.dir, ignore_errors=True)
         if s["crashed"] or s["not_run"] or len(rcs) > 1:
@@ -375,6 +397,33 @@ class Supervisor:
         if s["crashed"] or s["not_run"]:  # a kernel crashed, or tests never ran: never green
             rc = exitcodes.worst(rc, exitcodes.FAILED)
         return rc
+
+
+#: Seconds a child gets to end on its own after Ctrl-C (pytest's summary, xdist's workers) before it is killed.
+STOP_GRACE = 3.0
+
+
+def _stop_child(proc: subprocess.Popen) -> None:
+    """End the child and wait for it: interrupted as Ctrl-C would (a terminal sends it to the child
+    too; a `kill -INT` of this process alone does not), then killed."""
+    try:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(STOP_GRACE)
+        return
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):  # (a second Ctrl-C: no more grace)
+        pass
+    proc.kill()
+    proc.wait()
+
+
+def _reached_maxfail(directory: Path) -> bool:
+    """Whether the run's failures (crashes included) reached the -x/--maxfail its child was given:
+    a fresh child after a crash would run every test left."""
+    maxfail = max((e.get("maxfail") or 0 for e in read_journal(directory) if e["ev"] == "plan"), default=0)
+    if not maxfail:
+        return False
+    s = tally(directory)
+    return s["failed"] + len(s["crashed"]) >= maxfail
 
 
 def _contract(status: int) -> int:
@@ -417,12 +466,14 @@ def tally(directory: Path) -> dict[str, Any]:
     not_run = sorted(planned_set - set(outcome) - set(crashed))
     counts = {k: sum(1 for v in outcome.values() if v == k) for k in ("passed", "failed", "skipped")}
     return {"total": len(planned_set), **counts, "crashed": crashed, "not_run": not_run,
+            "bad_fixtures": [reasons.get(t, t) for t, o in outcome.items() if o == BAD_FIXTURE],
             "skip_reasons": [reasons[t] for t, o in outcome.items() if o == "skipped" and t in reasons]}
 
 
 def format_tally(s: dict[str, Any], unit: str, words: tuple[str, str] = ("passed", "failed")) -> str:
     lines = [f"flashcheck: {s['total']} {unit}: {s['passed']} {words[0]}, {s['failed']} {words[1]}, "
-             f"{len(s['crashed'])} crashed, {s['skipped']} skipped, {len(s['not_run'])} not run"]
+             f"{len(s['crashed'])} crashed, {s['skipped']} skipped, {len(s['not_run'])} not run"
+             + (f", {len(s['bad_fixtures'])} bad fixtures" if s.get("bad_fixtures") else "")]
     for t, m in s["crashed"].items():
         lines.append(f"  crashed: {m.splitlines()[0] if m.startswith(t) else t + ': ' + m.splitlines()[0]}")
     for t in s["not_run"][:20]:

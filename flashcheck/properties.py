@@ -86,6 +86,7 @@ def check(spec: KernelSpec, name: str, case: Case, *, save: bool = True) -> None
     _count_example(case)
     host = _host_case(case)  # after a GPU fault the device copy cannot be read back
     isolation.note_input(spec, name, host)
+    drawn = _as_drawn(case) if save else case
     try:
         with limits.diagnosed(spec, case.tensors):  # a device or launch limit is named as one
             prop_fn(spec, case)
@@ -93,7 +94,7 @@ def check(spec: KernelSpec, name: str, case: Case, *, save: bool = True) -> None
         raise _fault(spec, name, host, exc) from exc
     except Exception as exc:
         if save:
-            _save_if_final(spec, name, case, exc)
+            _save_if_final(spec, name, drawn, exc)
         raise
     if in_test and (spec.family, name) in MARGINS:
         _target_max(float(MARGINS[(spec.family, name)](spec, case)), f"{name}: worst err/bound")
@@ -103,8 +104,7 @@ def _host_case(case: Case) -> Case:
     """The case itself on the CPU; on a GPU, a host copy of every storage (padding included)."""
     if not any(t.is_cuda for t in case.tensors.values()):
         return case
-    return Case(tensors={k: storage_of(t).cpu().as_strided(t.shape, t.stride(), t.storage_offset())
-                         for k, t in case.tensors.items()}, kwargs=case.kwargs, label=case.label)
+    return _with_storages(case, lambda s: s.cpu())
 
 
 def _fault(spec: KernelSpec, name: str, case: Case, exc: BaseException) -> BaseException:
@@ -116,6 +116,21 @@ def _fault(spec: KernelSpec, name: str, case: Case, exc: BaseException) -> BaseE
     if saving_enabled() and getattr(exc, "kind", "") != "context lost":
         err.add_note(replay_note(save_fixture(spec, name, case, exc), spec))
     return err
+
+
+def _as_drawn(case: Case) -> Case:
+    """A copy of the case's storages, taken before the kernel runs, when this example's failure
+    would be saved: a kernel that writes into its input must not leave the fixture (and its repro)
+    holding what it wrote instead of what was drawn. The case itself otherwise (no copy)."""
+    if not (saving_enabled() and _is_final_hypothesis_example()):
+        return case
+    return _with_storages(case, lambda s: s.clone())
+
+
+def _with_storages(case: Case, copy: Callable[[Any], Any]) -> Case:
+    """The case with each tensor's whole storage (padding included) passed through `copy`."""
+    return Case(tensors={k: copy(storage_of(t)).as_strided(t.shape, t.stride(), t.storage_offset())
+                         for k, t in case.tensors.items()}, kwargs=case.kwargs, label=case.label)
 
 
 def _in_hypothesis_test() -> bool:
@@ -188,6 +203,7 @@ def check_all(spec: KernelSpec, names: Sequence[str], case: Case) -> None:
     property (replaying it re-checks that property).
     """
     failures: list[tuple[str, BaseException]] = []
+    drawn = _as_drawn(case)
     for name in names:
         try:
             check(spec, name, case, save=False)
@@ -198,7 +214,7 @@ def check_all(spec: KernelSpec, names: Sequence[str], case: Case) -> None:
     if not failures:
         return
     first_name, first = failures[0]
-    _save_if_final(spec, first_name, case, first)
+    _save_if_final(spec, first_name, drawn, first)
     sections = []
     for name, exc in failures:
         kind = "" if isinstance(exc, (AssertionError, KernelLimit)) else f"the kernel raised {type(exc).__name__}: "

@@ -20,7 +20,9 @@ from flashcheck.oracles.attention import (
     AttentionComparison, AttentionOracle, attention_oracle, compare_attention, visibility,
 )
 from flashcheck.oracles.formats import Format, format_of, to_float64
-from flashcheck.strategies.attention import case_inputs, is_varlen, varlen_inputs, varlen_sequences
+from flashcheck.strategies.attention import (
+    DENSE_ARGS, KEYWORD_TENSORS, VARLEN_ARGS, case_inputs, is_varlen, varlen_inputs, varlen_sequences,
+)
 
 
 FAMILY = "attention"
@@ -142,6 +144,15 @@ def outcome(spec: KernelSpec, case: Case) -> Outcome:
     o.after = {n: storage_snapshot(t) for n, t in case.tensors.items()}
     _last = (spec.name, case, o)
     return o
+
+
+def kernel_call(spec: KernelSpec, tensors: list[str]) -> tuple[str, list[str], list[str], dict]:
+    """How `outcome` calls the kernel on a case with these tensors, for a repro snippet:
+    (entry point, positional tensors, keyword tensors, constant keywords)."""
+    extra = {"return_lse": True} if spec.has("lse") else {}
+    if "cu_seqlens_q" in tensors:
+        return "varlen_fn", list(VARLEN_ARGS), [], extra
+    return "fn", list(DENSE_ARGS), [n for n in KEYWORD_TENSORS if n in tensors], extra
 
 
 def _call(spec: KernelSpec, q, k, v, kw, **extra) -> torch.Tensor:

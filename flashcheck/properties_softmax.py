@@ -268,6 +268,13 @@ def accepts_out(spec: KernelSpec) -> bool:
     return "out" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
+def kernel_call(spec: KernelSpec, tensors: list[str]) -> tuple[str, list[str], list[str], dict]:
+    """How the properties call the kernel on a case with these tensors, for a repro snippet:
+    (entry point, positional tensors, keyword tensors, constant keywords). `shift` and `perm` are
+    the metamorphic properties' own (they call it on x and on x transformed); `out` goes as out=."""
+    return "fn", ["x"], [n for n in ("out",) if n in tensors], {}
+
+
 def _run(spec: KernelSpec, x: torch.Tensor, **kw) -> torch.Tensor:
     y = spec.fn(x, **kw)
     if not isinstance(y, torch.Tensor) or tuple(y.shape) != tuple(x.shape):

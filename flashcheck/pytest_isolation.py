@@ -60,7 +60,7 @@ class PytestJournal:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.planned = [i.nodeid for i in session.items]
         if not hasattr(self.config, "workerinput"):
-            isolation.record("plan", tasks=self.planned)
+            isolation.record("plan", tasks=self.planned, maxfail=self.config.option.maxfail)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
@@ -93,11 +93,15 @@ class PytestJournal:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.reported.add(report.nodeid)
-        rank = {"passed": 0, "skipped": 1, "failed": 2}
+        rank = {"passed": 0, "skipped": 1, "failed": 2, isolation.BAD_FIXTURE: 2}
         if rank.get(report.outcome, 2) >= rank.get(self.outcomes.get(report.nodeid, "passed"), 0):
             self.outcomes[report.nodeid] = report.outcome if report.outcome in rank else "failed"
         if report.skipped and isinstance(report.longrepr, tuple):  # (path, line, "Skipped: why")
             self.skip_reasons[report.nodeid] = str(report.longrepr[2]).removeprefix("Skipped: ")
+        bad = [why for key, why in report.user_properties if key == isolation.BAD_FIXTURE]
+        if report.failed and bad:  # bad input, not the kernel's failure (tests/test_hostile_fixtures.py)
+            self.outcomes[report.nodeid] = isolation.BAD_FIXTURE
+            self.skip_reasons[report.nodeid] = bad[0]
 
     # ---- the xdist controller ------------------------------------------------------------------
 
@@ -105,7 +109,7 @@ class PytestJournal:
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         if not self.planned:
             self.planned = list(ids)
-            isolation.record("plan", tasks=self.planned)
+            isolation.record("plan", tasks=self.planned, maxfail=self.config.option.maxfail)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:

@@ -99,11 +99,18 @@ def is_varlen(case: Case) -> bool:
     return "cu_seqlens_q" in case.tensors
 
 
+#: How a case's tensors reach the kernel: dense fn(q, k, v, kv_lens=, attn_mask=, **kwargs);
+#: varlen fn(q, k, v, cu_seqlens_q, cu_seqlens_k, **kwargs).
+DENSE_ARGS = ("q", "k", "v")
+KEYWORD_TENSORS = ("kv_lens", "attn_mask")
+VARLEN_ARGS = ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k")
+
+
 def case_inputs(case: Case) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict]:
     """(q, k, v, kwargs) to call an attention kernel on a dense case: fn(q, k, v, **kwargs)
     (varlen cases: kwargs start with cu_seqlens_q/k, see `varlen_inputs`)."""
     kw = dict(case.kwargs)
-    for name in ("kv_lens", "attn_mask"):
+    for name in KEYWORD_TENSORS:
         if name in case.tensors:
             kw[name] = case.tensors[name]
     return case.tensors["q"], case.tensors["k"], case.tensors["v"], kw
@@ -111,8 +118,7 @@ def case_inputs(case: Case) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, d
 
 def varlen_inputs(case: Case) -> tuple[tuple[torch.Tensor, ...], dict]:
     """(args, kwargs) for a varlen entry point: fn(q, k, v, cu_q, cu_k, **kwargs)."""
-    t = case.tensors
-    return (t["q"], t["k"], t["v"], t["cu_seqlens_q"], t["cu_seqlens_k"]), dict(case.kwargs)
+    return tuple(case.tensors[n] for n in VARLEN_ARGS), dict(case.kwargs)
 
 
 def varlen_sequences(case: Case) -> tuple[dict, list[tuple[slice, torch.Tensor, torch.Tensor, torch.Tensor, int]]]:

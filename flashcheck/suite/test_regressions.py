@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from flashcheck import isolation
+from flashcheck.isolation import BAD_FIXTURE
 from flashcheck.fixtures import FixtureError, Replay, case_of, fixture_paths, plan_replays, replay_dirs
 from flashcheck.properties import check
 from flashcheck.kernels import DEVICE
@@ -33,24 +35,32 @@ def _plan(config: pytest.Config) -> list[Replay]:
             if r.status != "skip" or (r.payload and r.payload.get("kernel") in names and "format-1" in r.reason)]
 
 
+def _bad(request: pytest.FixtureRequest, reason: str) -> None:
+    """A bad fixture fails its own test, marked as bad input: `flashcheck check` then exits 2 (as
+    `replay` does), not 1, when nothing else failed."""
+    request.node.user_properties.append((BAD_FIXTURE, reason))
+    pytest.fail(reason, pytrace=False)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if metafunc.definition.name == "test_replay_fixture":
         plan = _plan(metafunc.config)
         metafunc.parametrize("fixture", plan, ids=[r.path.name for r in plan])
 
 
-def test_replay_fixture(fixture: Replay) -> None:
+def test_replay_fixture(fixture: Replay, request: pytest.FixtureRequest) -> None:
     if fixture.status == "bad":
-        pytest.fail(fixture.reason, pytrace=False)
+        _bad(request, fixture.reason)
     if fixture.status == "skip":
         pytest.skip(fixture.reason)
     try:
         case = case_of(fixture.payload, DEVICE, fixture.path)
     except FixtureError as e:
-        pytest.fail(str(e), pytrace=False)
+        _bad(request, str(e))
     if fixture.spec.family == "attention":  # a fixture recorded before a declaration narrowed the kernel
         from flashcheck.properties_attention import fit_to_declarations
 
         if fit_to_declarations(fixture.spec, case) is None:
             pytest.skip(f"{fixture.path.name}: its input needs what {fixture.spec.name} does not declare ({case!r})")
+    isolation.note_fixture(fixture.path)  # a crash here is this fixture's (no second fixture of it)
     check(fixture.spec, fixture.payload["property"], case)
