@@ -219,9 +219,18 @@ def in_flight(events: list[dict[str, Any]]) -> dict[str, Any] | None:
     return cur
 
 
+#: How `explain` words a hang, and how a report tells a hang from another crash.
+HUNG = "did not return in"
+
+
+def hung(message: str) -> bool:
+    """Whether a crash's message (`explain`) is a hang past its timeout."""
+    return f" {HUNG} " in message
+
+
 def _reason(status: int | None, elapsed: float, timeout: float | None, killed: bool) -> str:
     if killed or (timeout and elapsed >= timeout and status in (1, -signal.SIGKILL)):
-        return f"did not return in {timeout:g} s"
+        return f"{HUNG} {timeout:g} s"
     if status is None:
         return "ended without a result (exit status unknown)"
     if status < 0:

@@ -32,6 +32,7 @@ from .document import Block, Bullets, Heading, Image, Para, Table, to_html, to_m
 
 PROG = "flashcheck report"
 DEFAULT_OUT = "flashcheck-report"  # relative to the working directory; the GPU workflow uploads it
+MAX_EXAMPLES = 10_000  # per dtype and class: 36 classes' worth is 360,000 inputs, drawn up front
 
 
 # ---- numbers as text -----------------------------------------------------------------------------
@@ -94,7 +95,15 @@ def verdict(kernel: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     if not outputs and not raised:
         return {"kernel": kernel, "status": "NO DATA", "finding": "no input it declares it takes was drawn"}
     worst = max(mine, key=lambda r: (bool(r["errors"]), r["mismatch"], r["max_bound_ratio"]))
-    if raised:
+    hung, crashed = (sum(r.get(k, 0) for r in mine) for k in ("hung", "crashed"))  # (.get: older JSON)
+    if hung or crashed:
+        r = next(r for r in mine if r.get("hung") or r.get("crashed"))
+        not_run = sum(r.get("not_run", 0) for r in mine)
+        what = "hung" if not crashed else ("crashed" if not hung else "crashed or hung")
+        finding = (f"{what} on {hung + crashed} input(s)" + (f"; the rest not run ({not_run} inputs)" if not_run else "")
+                   + f"; first {_cell_name(r)}: {r['errors'][0]}")
+        status = "FAIL"
+    elif raised:
         r = raised[0]
         finding = f"raised on {len(raised)} class(es), first {_cell_name(r)}: {r['errors'][0]}"
         status = "FAIL"
@@ -124,7 +133,9 @@ def verdict(kernel: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
         one = sum(r["one_ulp_share"] * r["outputs"] for r in sixteen) / n
         finding += f"; 16-bit outputs {_pct(cr)} correctly rounded, {_pct(one)} 1 ULP off"
     bias = [r for r in mine if _biased(r["signed_ulp"])]
-    if bias:
+    if not outputs:  # nothing measured: no bias to speak of
+        pass
+    elif bias:
         b = max(bias, key=lambda r: abs(r["signed_ulp"]["mean"]))
         finding += f"; largest bias {_signed(b['signed_ulp'])} in {_cell_name(b)} ({len(bias)} cells biased)"
     else:
@@ -173,7 +184,10 @@ def class_table(kernel: str, rows: list[dict[str, Any]], units: str) -> Table:
             status = "over bound" if status == "FAIL" else "within bound"
         note = ""
         if r["errors"]:
-            note = f" (raised: {r['errors'][0][:80]})"
+            how = "hung" if r.get("hung") else ("crashed" if r.get("crashed") else "raised")
+            note = f" ({how}: {r['errors'][0][:80]})"
+        elif r.get("not_run") and not r["outputs"]:
+            note = " (not run: the kernel crashed or hung too often)"
         elif r["skipped"] and not r["outputs"]:
             note = " (not taken)"
         row = [r["dtype"], r["strategy"], status + note, str(r["outputs"]), _pct(r["exact_share"]),
@@ -335,9 +349,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, help="output folder (default ./flashcheck-report)")
     p.add_argument("--examples", type=int, default=None,
                    help="inputs per dtype and class (default $FLASHCHECK_REPORT_EXAMPLES, else 2 on CPU, 20 on GPU)")
-    p.add_argument("--dtypes", type=lambda v: [x.strip() for x in v.split(",") if x.strip()], default=None,
+    p.add_argument("--dtypes", type=_names, default=None,
                    metavar="LIST", help="only these output dtypes, e.g. fp16,bf16 (default: all a kernel takes)")
-    p.add_argument("--classes", type=lambda v: [x.strip() for x in v.split(",") if x.strip()], default=None,
+    p.add_argument("--classes", type=_names, default=None,
                    metavar="LIST", help="only these adversarial classes (comma-separated names)")
     p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                    help="stop after this many seconds (every class gets at least one input, and the same count +-1; "
@@ -355,6 +369,14 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _names(value: str) -> list[str]:
+    """A comma-separated list of names: an empty one (`--classes ""`) once meant every class."""
+    names = [x.strip() for x in value.split(",") if x.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected one or more comma-separated names")
+    return names
+
+
 def _error(msg: str) -> int:
     print(f"{PROG}: {msg}", file=sys.stderr)
     return exitcodes.USAGE
@@ -366,18 +388,24 @@ def _options(argv: Sequence[str]) -> argparse.Namespace | int:
     args = parser().parse_args(argv)
     # Defaults a CI job can shorten without changing the command line (the README's commands run
     # as written in tests/test_report.py): an explicit option wins.
+    given = {"examples": "--examples ", "budget": "--budget "}  # where a bad value came from
     for name, env in (("examples", "FLASHCHECK_REPORT_EXAMPLES"), ("budget", "FLASHCHECK_REPORT_BUDGET")):
         raw = os.environ.get(env, "").strip()
         if getattr(args, name) is None and raw:
+            given[name] = f"{env}="
             try:
                 setattr(args, name, (int if name == "examples" else float)(raw))
             except ValueError:
                 return _error(f"{env}={raw!r}: expected a positive {'integer' if name == 'examples' else 'number'}")
-    if args.examples is not None and args.examples < 1:
-        return _error(f"--examples {args.examples}: expected a positive integer")
+    if args.examples is not None and not 1 <= args.examples <= MAX_EXAMPLES:
+        return _error(f"{given['examples']}{args.examples}: expected a whole number from 1 to {MAX_EXAMPLES} "
+                      "(every input is drawn before the first is measured; --budget bounds the time)")
     if args.budget is not None and not args.budget > 0:
-        return _error(f"--budget {args.budget}: expected a positive number of seconds")
-    args.out = (args.out if args.out is not None else Path.cwd() / DEFAULT_OUT).resolve()
+        return _error(f"{given['budget']}{args.budget}: expected a positive number of seconds")
+    try:
+        args.out = (args.out if args.out is not None else Path.cwd() / DEFAULT_OUT).resolve()
+    except (OSError, RuntimeError) as e:  # a symlink loop (RuntimeError before Python 3.13), a vanished cwd
+        return _error(f"--out {args.out}: cannot be resolved ({getattr(e, 'strerror', None) or e})")
     problem = output.problem(args.out)
     if problem:
         return _error(problem)
