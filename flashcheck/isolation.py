@@ -345,7 +345,11 @@ class Supervisor:
             stop = threading.Event()
             watcher = threading.Thread(target=self._watch, args=(proc, stop), daemon=True)
             watcher.start()
-            status = proc.wait()
+            try:
+                status = proc.wait()
+            except KeyboardInterrupt:
+                stop.set()
+                return self._interrupted(proc)
             stop.set()
             watcher.join()
             t_end = time.time()
@@ -372,6 +376,25 @@ class Supervisor:
                 print(f"flashcheck: {restarts} crashes: giving up; the rest is not run", file=sys.stderr)
                 break
         return self.summary(rcs)
+
+    def _interrupted(self, proc: subprocess.Popen) -> int:
+        """Ctrl-C: the child (its process group got it too) ends and says so, or is told to, then
+        ended; one line either way, and no journal left behind."""
+        import shutil
+
+        try:
+            try:
+                status = proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:  # it never saw the signal (sent to this process alone)
+                proc.send_signal(signal.SIGINT)
+                status = proc.wait(timeout=10)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
+            proc.kill()
+            status = proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        if status != exitcodes.INTERRUPTED:  # (a flashcheck child said it already)
+            print("\nflashcheck: interrupted", file=sys.stderr, flush=True)
+        return exitcodes.INTERRUPTED
 
     def summary(self, rcs: list[int]) -> int:
         import shutil

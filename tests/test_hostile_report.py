@@ -7,6 +7,7 @@ In-process (reports/cli.py's `main`, the supervised child's code) where the case
 hang needs the supervisor and runs as a subprocess (slow)."""
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -33,6 +34,8 @@ KERNELS = EXIT_KERNELS + textwrap.dedent('''
         raise RuntimeError("boom")
 
     def hangs(x):
+        if "HOSTILE_MARK" in os.environ:  # the test's cue: the kernel is running
+            Path(os.environ["HOSTILE_MARK"]).touch()
         time.sleep(3600)
 
     def chatty(x):
@@ -209,6 +212,31 @@ def test_an_interrupted_report_leaves_the_earlier_one(tmp_path: Path, kernels: P
     assert [p.name for p in out.iterdir()] == ["stability.md"] and (out / "stability.md").read_text() == \
         "the earlier report"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hostile.py", "rep"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_a_supervised_report_is_one_line(tmp_path: Path, kernels: Path) -> None:
+    """Ctrl-C in a terminal reaches the supervisor and its child: both said "interrupted", and the
+    supervisor's journal folder was left in the temporary folder."""
+    import signal
+    import time
+
+    out, scratch, mark = tmp_path / "rep", tmp_path / "tmp", tmp_path / "running"
+    out.mkdir()
+    scratch.mkdir()
+    (out / "stability.md").write_text("the earlier report")
+    p = subprocess.Popen([sys.executable, "-m", "flashcheck.cli", "report", f"{kernels}:hangs", *TINY, "--timeout", "200",
+                          "--out", str(out)], cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         env=clean_env({"CI": "true", "HOSTILE_MARK": str(mark), "TMPDIR": str(scratch)}))
+    deadline = time.monotonic() + 240
+    while not mark.exists() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(p.pid, signal.SIGINT)
+    stdout, stderr = p.communicate(timeout=60)
+    assert p.returncode == exitcodes.INTERRUPTED, stdout + stderr
+    assert _one_line(stderr) == "flashcheck report: interrupted"
+    assert (out / "stability.md").read_text() == "the earlier report" and not list(scratch.iterdir())
 
 
 # ---- what the README and git promise -------------------------------------------------------------------
