@@ -232,9 +232,18 @@ def in_flight(events: list[dict[str, Any]]) -> dict[str, Any] | None:
     return cur
 
 
+#: How `explain` words a hang, and how a report tells a hang from another crash.
+HUNG = "did not return in"
+
+
+def hung(message: str) -> bool:
+    """Whether a crash's message (`explain`) is a hang past its timeout."""
+    return f" {HUNG} " in message
+
+
 def _reason(status: int | None, elapsed: float, timeout: float | None, killed: bool) -> str:
     if killed or (timeout and elapsed >= timeout and status in (1, -signal.SIGKILL)):
-        return f"did not return in {timeout:g} s"
+        return f"{HUNG} {timeout:g} s"
     if status is None:
         return "ended without a result (exit status unknown)"
     if status < 0:
@@ -352,7 +361,10 @@ class Supervisor:
             watcher.start()
             try:
                 status = proc.wait()
-            except BaseException:  # Ctrl-C: the child must not go on printing after this returns
+            except KeyboardInterrupt:
+                stop.set()
+                return self._interrupted(proc)
+            except BaseException:  # the child must not go on printing after this returns
                 _stop_child(proc)
                 stop.set()
                 shutil.rmtree(self.dir, ignore_errors=True)
@@ -388,6 +400,18 @@ class Supervisor:
                 break
         return self.summary(rcs)
 
+    def _interrupted(self, proc: subprocess.Popen) -> int:
+        """Ctrl-C: the child (its process group got it too) ends and says so, or is told to, then
+        ended (`_stop_child`); one line either way, and no journal left behind."""
+        try:
+            status = proc.wait(timeout=STOP_GRACE)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):  # it never saw the signal (sent to this process alone)
+            status = _stop_child(proc)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        if status != exitcodes.INTERRUPTED:  # (a flashcheck child said it already)
+            print("\nflashcheck: interrupted", file=sys.stderr, flush=True)
+        return exitcodes.INTERRUPTED
+
     def summary(self, rcs: list[int]) -> int:
         self.result = s = tally(self.dir)
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -403,17 +427,16 @@ class Supervisor:
 STOP_GRACE = 3.0
 
 
-def _stop_child(proc: subprocess.Popen) -> None:
+def _stop_child(proc: subprocess.Popen) -> int:
     """End the child and wait for it: interrupted as Ctrl-C would (a terminal sends it to the child
     too; a `kill -INT` of this process alone does not), then killed."""
     try:
         proc.send_signal(signal.SIGINT)
-        proc.wait(STOP_GRACE)
-        return
+        return proc.wait(STOP_GRACE)
     except (subprocess.TimeoutExpired, KeyboardInterrupt):  # (a second Ctrl-C: no more grace)
         pass
     proc.kill()
-    proc.wait()
+    return proc.wait()
 
 
 def _reached_maxfail(directory: Path) -> bool:

@@ -26,7 +26,7 @@ from flashcheck.strategies.attention import CLASSES, case_inputs, is_varlen, var
 from flashcheck.strategies.case import Case
 
 from ._stats import Measurement
-from .softmax import mismatch_of
+from .softmax import mismatch_of, returned
 
 FAMILY = "attention"
 FEATURES = {"n": "visible keys per query", "cond": "score range max_j (t_max - t_j)"}
@@ -101,10 +101,7 @@ def call(spec: KernelSpec, p: Prepared) -> torch.Tensor:
     else:
         q, k, v = ((t.contiguous() for t in (p.q, p.k, p.v)) if spec.contiguous_only else (p.q, p.k, p.v))
         out, want = spec.fn(q, k, v, **p.kw), p.q.shape[:3] + p.v.shape[3:]
-    if not isinstance(out, torch.Tensor) or out.shape != want or out.dtype != p.q.dtype:
-        raise TypeError(f"returned {type(out).__name__} {getattr(out, 'dtype', '')} "
-                        f"{tuple(getattr(out, 'shape', ()))}, expected {p.q.dtype} {tuple(want)}")
-    return out
+    return returned(out, want, p.q.dtype)
 
 
 def measure(spec: KernelSpec, p: Prepared, out: torch.Tensor) -> Measurement:

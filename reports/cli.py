@@ -28,50 +28,12 @@ from typing import Any, Sequence
 from flashcheck import exitcodes
 
 from . import output
-from .document import Block, Bullets, Heading, Image, Para, Table, to_html, to_markdown
+from .document import Block, Bullets, Heading, Image, Para, to_html, to_markdown
+from .tables import _biased, _g, _pct, _signed, class_table, compare_table
 
 PROG = "flashcheck report"
 DEFAULT_OUT = "flashcheck-report"  # relative to the working directory; the GPU workflow uploads it
-
-
-# ---- numbers as text -----------------------------------------------------------------------------
-
-def _g(v: Any, digits: int = 3) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        if math.isinf(v):
-            return "inf"
-        if v == 0:
-            return "0"
-        return f"{v:.{digits}g}"
-    return str(v)
-
-
-def _pct(v: float | None) -> str:
-    if v is None:
-        return "-"
-    if v == 0:
-        return "0"
-    if v < 0.001:
-        return "<0.1%"
-    if v < 1 and v > 0.999:
-        return ">99.9%"
-    return f"{100 * v:.1f}%"
-
-
-def _signed(s: dict[str, Any]) -> str:
-    if s["mean"] is None:
-        return "-"
-    if s["lo"] is None:
-        return f"{s['mean']:+.2g} (1 row)"
-    return f"{s['mean']:+.2g} [{s['lo']:+.2g}, {s['hi']:+.2g}]"
-
-
-def _biased(s: dict[str, Any]) -> bool:
-    from ._stats import biased
-
-    return biased(s)
+MAX_EXAMPLES = 10_000  # per dtype and class: 36 classes' worth is 360,000 inputs, drawn up front
 
 
 def anchor(kernel: str) -> str:
@@ -94,7 +56,15 @@ def verdict(kernel: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     if not outputs and not raised:
         return {"kernel": kernel, "status": "NO DATA", "finding": "no input it declares it takes was drawn"}
     worst = max(mine, key=lambda r: (bool(r["errors"]), r["mismatch"], r["max_bound_ratio"]))
-    if raised:
+    hung, crashed = (sum(r.get(k, 0) for r in mine) for k in ("hung", "crashed"))  # (.get: older JSON)
+    if hung or crashed:
+        r = next(r for r in mine if r.get("hung") or r.get("crashed"))
+        not_run = sum(r.get("not_run", 0) for r in mine)
+        what = "hung" if not crashed else ("crashed" if not hung else "crashed or hung")
+        finding = (f"{what} on {hung + crashed} input(s)" + (f"; the rest not run ({not_run} inputs)" if not_run else "")
+                   + f"; first {_cell_name(r)}: {r['errors'][0]}")
+        status = "FAIL"
+    elif raised:
         r = raised[0]
         finding = f"raised on {len(raised)} class(es), first {_cell_name(r)}: {r['errors'][0]}"
         status = "FAIL"
@@ -124,7 +94,9 @@ def verdict(kernel: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
         one = sum(r["one_ulp_share"] * r["outputs"] for r in sixteen) / n
         finding += f"; 16-bit outputs {_pct(cr)} correctly rounded, {_pct(one)} 1 ULP off"
     bias = [r for r in mine if _biased(r["signed_ulp"])]
-    if bias:
+    if not outputs:  # nothing measured: no bias to speak of
+        pass
+    elif bias:
         b = max(bias, key=lambda r: abs(r["signed_ulp"]["mean"]))
         finding += f"; largest bias {_signed(b['signed_ulp'])} in {_cell_name(b)} ({len(bias)} cells biased)"
     else:
@@ -134,93 +106,6 @@ def verdict(kernel: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def failed(verdicts: list[dict[str, Any]]) -> bool:
     return any(v["status"] != "PASS" for v in verdicts)
-
-
-# ---- tables --------------------------------------------------------------------------------------
-
-def _baseline_ratio(r: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    """Our max error over each baseline's on the same inputs (< 1: more accurate than it)."""
-    parts = []
-    for b in rows:
-        if not b["baseline"] or (b["family"], b["dtype"], b["strategy"]) != (r["family"], r["dtype"], r["strategy"]):
-            continue
-        if not b["outputs"]:
-            parts.append(f"{b['kernel']} n/a")
-            continue
-        ours, theirs = r["max_err"], b["max_err"]
-        if ours == 0 and theirs == 0:
-            txt = "both exact"
-        elif theirs == 0 or math.isinf(ours):
-            txt = "inf"
-        else:
-            txt = _g(ours / theirs, 2)
-        parts.append(f"{b['kernel']} {txt}")
-    return "; ".join(parts) or "-"
-
-
-def class_table(kernel: str, rows: list[dict[str, Any]], units: str) -> Table:
-    mine = [r for r in rows if r["kernel"] == kernel]
-    header = ["dtype", "class", "verdict", "outputs", "correctly rounded", "1 ULP off", "over bound",
-              "NaN/inf mismatch", "flushed", f"max err ({units})", "max err/bound (bound > 1 ULP)",
-              f"signed err ({units}): mean [95% CI]", "signed rel. err: mean [95% CI]"]
-    base = not mine or not mine[0]["baseline"]
-    if base:
-        header.append("max err / baseline's")
-    out, cls = [], []
-    for r in mine:
-        status = "FAIL" if r["status"] == "FAIL" else ("-" if not r["outputs"] else "PASS")
-        if r["baseline"] and status != "-":  # baselines are measured, not judged
-            status = "over bound" if status == "FAIL" else "within bound"
-        note = ""
-        if r["errors"]:
-            note = f" (raised: {r['errors'][0][:80]})"
-        elif r["skipped"] and not r["outputs"]:
-            note = " (not taken)"
-        row = [r["dtype"], r["strategy"], status + note, str(r["outputs"]), _pct(r["exact_share"]),
-               _pct(r["one_ulp_share"]), f"{r['violations']}" + (f" ({_pct(r['beyond_share'])})" if r["violations"] else ""),
-               str(r["mismatch"]), str(r["ftz"]), _g(r["max_err"]), _g(r["max_bound_ratio_wide"]),
-               _signed(r["signed_ulp"]), _signed(r["signed_rel"])]
-        c = ["", "", "fail" if status == "FAIL" else ("pass" if status == "PASS" else ""), "", "", "",
-             "fail" if r["violations"] else "", "fail" if r["mismatch"] else "", "", "", "",
-             "bias" if _biased(r["signed_ulp"]) else "", "bias" if _biased(r["signed_rel"]) else ""]
-        if base:
-            row.append(_baseline_ratio(r, rows))
-            c.append("")
-        out.append(row)
-        cls.append(c)
-    return Table(header, out, cls)
-
-
-def compare_table(a: str, b: str, rows: list[dict[str, Any]], units: str) -> Table:
-    """Two kernels side by side on the same inputs, per dtype and class."""
-    by = {(r["kernel"], r["dtype"], r["strategy"]): r for r in rows}
-    keys = list(dict.fromkeys((r["dtype"], r["strategy"]) for r in rows if r["kernel"] in (a, b)))
-    header = ["dtype", "class"]
-    for k in (a, b):
-        header += [f"{k}: verdict", f"{k}: max err ({units})", f"{k}: max err/bound", f"{k}: signed err mean [CI]"]
-    header.append(f"max err {b} / {a}")
-    out, cls = [], []
-    for d, c in keys:
-        row, cl = [d, c], ["", ""]
-        pair = [by.get((k, d, c)) for k in (a, b)]
-        for r in pair:
-            if r is None:
-                row += ["-"] * 4
-                cl += [""] * 4
-                continue
-            st = r["status"] if r["outputs"] or r["errors"] else "-"
-            row += [st, _g(r["max_err"]), _g(r["max_bound_ratio"]), _signed(r["signed_ulp"])]
-            cl += ["fail" if st == "FAIL" else ("pass" if st == "PASS" else ""), "", "", ""]
-        ra, rb = pair
-        if ra and rb and ra["outputs"] and rb["outputs"]:
-            x, y = ra["max_err"], rb["max_err"]
-            row.append("both exact" if x == y == 0 else ("inf" if x == 0 or math.isinf(y) else _g(y / x, 2)))
-        else:
-            row.append("-")
-        cl.append("")
-        out.append(row)
-        cls.append(cl)
-    return Table(header, out, cls)
 
 
 # ---- the document --------------------------------------------------------------------------------
@@ -335,9 +220,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, help="output folder (default ./flashcheck-report)")
     p.add_argument("--examples", type=int, default=None,
                    help="inputs per dtype and class (default $FLASHCHECK_REPORT_EXAMPLES, else 2 on CPU, 20 on GPU)")
-    p.add_argument("--dtypes", type=lambda v: [x.strip() for x in v.split(",") if x.strip()], default=None,
+    p.add_argument("--dtypes", type=_names, default=None,
                    metavar="LIST", help="only these output dtypes, e.g. fp16,bf16 (default: all a kernel takes)")
-    p.add_argument("--classes", type=lambda v: [x.strip() for x in v.split(",") if x.strip()], default=None,
+    p.add_argument("--classes", type=_names, default=None,
                    metavar="LIST", help="only these adversarial classes (comma-separated names)")
     p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                    help="stop after this many seconds (every class gets at least one input, and the same count +-1; "
@@ -355,6 +240,14 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _names(value: str) -> list[str]:
+    """A comma-separated list of names: an empty one (`--classes ""`) once meant every class."""
+    names = [x.strip() for x in value.split(",") if x.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected one or more comma-separated names")
+    return names
+
+
 def _error(msg: str) -> int:
     print(f"{PROG}: {msg}", file=sys.stderr)
     return exitcodes.USAGE
@@ -366,18 +259,24 @@ def _options(argv: Sequence[str]) -> argparse.Namespace | int:
     args = parser().parse_args(argv)
     # Defaults a CI job can shorten without changing the command line (the README's commands run
     # as written in tests/test_report.py): an explicit option wins.
+    given = {"examples": "--examples ", "budget": "--budget "}  # where a bad value came from
     for name, env in (("examples", "FLASHCHECK_REPORT_EXAMPLES"), ("budget", "FLASHCHECK_REPORT_BUDGET")):
         raw = os.environ.get(env, "").strip()
         if getattr(args, name) is None and raw:
+            given[name] = f"{env}="
             try:
                 setattr(args, name, (int if name == "examples" else float)(raw))
             except ValueError:
                 return _error(f"{env}={raw!r}: expected a positive {'integer' if name == 'examples' else 'number'}")
-    if args.examples is not None and args.examples < 1:
-        return _error(f"--examples {args.examples}: expected a positive integer")
+    if args.examples is not None and not 1 <= args.examples <= MAX_EXAMPLES:
+        return _error(f"{given['examples']}{args.examples}: expected a whole number from 1 to {MAX_EXAMPLES} "
+                      "(every input is drawn before the first is measured; --budget bounds the time)")
     if args.budget is not None and not args.budget > 0:
-        return _error(f"--budget {args.budget}: expected a positive number of seconds")
-    args.out = (args.out if args.out is not None else Path.cwd() / DEFAULT_OUT).resolve()
+        return _error(f"{given['budget']}{args.budget}: expected a positive number of seconds")
+    try:
+        args.out = (args.out if args.out is not None else Path.cwd() / DEFAULT_OUT).resolve()
+    except (OSError, RuntimeError) as e:  # a symlink loop (RuntimeError before Python 3.13), a vanished cwd
+        return _error(f"--out {args.out}: cannot be resolved ({getattr(e, 'strerror', None) or e})")
     problem = output.problem(args.out)
     if problem:
         return _error(problem)

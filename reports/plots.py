@@ -62,7 +62,11 @@ def is_failure_colour(rgba) -> bool:
 
 def cell_text(row: dict[str, Any]) -> str:
     if row["outputs"] == 0 and not row["errors"]:
-        return "-"
+        return "not run" if row.get("not_run") else "-"
+    if row.get("hung"):
+        return "hung"
+    if row.get("crashed"):
+        return "crashed"
     if row["errors"]:
         return "raised"
     if row["mismatch"]:
@@ -206,7 +210,9 @@ def profiles(rows: list[dict[str, Any]], family: str, feature: str, label: str, 
     Outputs flushed to zero where the contract allows it are not in the profiles (the tables'
     `flushed` column counts them)."""
     plt = _plt()
-    frows = [r for r in rows if r["family"] == family and not r["baseline"]]
+    # Only what was measured: a kernel that raised, hung or took no input has no error to plot
+    # (its table says why), and a legend of no lines cannot be laid out.
+    frows = [r for r in rows if r["family"] == family and not r["baseline"] and r["outputs"]]
     kernels = list(dict.fromkeys(r["kernel"] for r in frows))
     dtypes = list(dict.fromkeys(r["dtype"] for r in frows))
     if not kernels:
@@ -265,7 +271,8 @@ def profiles(rows: list[dict[str, Any]], family: str, feature: str, label: str, 
                 handles.append(h)
                 labels.append(lab)
     height = 0.8 + 2.4 * len(kernels)
-    fig.legend(handles, labels, loc="lower center", fontsize=7, ncol=len(labels))
+    if labels:  # (every output of a measured kernel may be a flush, left out above)
+        fig.legend(handles, labels, loc="lower center", fontsize=7, ncol=len(labels))
     fig.suptitle(f"{family}: error against {label}\n(outputs flushed to zero where allowed are left out; "
                  "the tables count them)", fontsize=10, x=0.02, ha="left")
     fig.tight_layout(rect=(0, 0.35 / height, 1, 1 - 0.4 / height))

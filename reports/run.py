@@ -20,6 +20,12 @@ from flashcheck.oracles.formats import format_of
 from flashcheck.strategies.sample import draw_examples
 
 from ._stats import Accumulator
+from .capture import KernelOutput
+
+#: Inputs a kernel may crash or hang on before the rest of its inputs are not run: each crash costs
+#: a fresh process that measures everything again, each hang the whole --timeout (a kernel that
+#: always hangs cost 72 inputs x 300 s by default, and then no report).
+CRASH_LIMIT = 2
 
 
 def family_module(family: str):
@@ -75,12 +81,16 @@ class Cell:
     acc: Accumulator = field(default_factory=Accumulator)
     skipped: int = 0  # inputs the kernel does not declare it takes
     refused: int = 0  # baselines: inputs the backend refused
+    hung: int = 0  # inputs it hung on (in an earlier process of this report)
+    crashed: int = 0  # inputs it took its process down on otherwise (exit, signal, GPU fault)
+    not_run: int = 0  # inputs left after it crashed or hung CRASH_LIMIT times
     seconds: float = 0.0  # in the kernel and in judging its output
 
     def row(self) -> dict[str, Any]:
         base = bool(self.spec.extra.get("baseline"))
         return {"kernel": self.spec.name, "family": self.spec.family, "dtype": self.dtype, "strategy": self.cls,
-                "baseline": base, "skipped": self.skipped, "refused": self.refused, "seconds": round(self.seconds, 3),
+                "baseline": base, "skipped": self.skipped, "refused": self.refused, "hung": self.hung,
+                "crashed": self.crashed, "not_run": self.not_run, "seconds": round(self.seconds, 3),
                 **self.acc.summary()}
 
 
@@ -127,6 +137,8 @@ def collect(specs: list[KernelSpec], *, examples: int, baselines: bool = True, b
     # Hypothesis draws the simplest input first, so later rounds cost more: the ETA charges each
     # remaining input what the same class's latest input cost (the average before it ran once).
     cost: dict[int, float] = {}
+    down: dict[str, int] = {}  # inputs each kernel crashed or hung on so far
+    printed = KernelOutput()
     for r in range(rounds):
         for i, (mod, fmt, cls, cases, mine) in enumerate(plan):
             if r >= len(cases):
@@ -138,7 +150,14 @@ def collect(specs: list[KernelSpec], *, examples: int, baselines: bool = True, b
             prepared = mod.prepare(cases[r], fmt)
             oracle_s += time.perf_counter() - t1
             for cell in mine:
-                run_one(mod, cell, prepared, key=f"{cell.spec.name} {fmt.name} {cls} #{r}")
+                name = cell.spec.name
+                before = cell.hung + cell.crashed
+                run_one(mod, cell, prepared, key=f"{name} {fmt.name} {cls} #{r}",
+                        stopped=down.get(name, 0) >= CRASH_LIMIT, printed=printed)
+                if before < cell.hung + cell.crashed:
+                    down[name] = down.get(name, 0) + 1
+                    if down[name] == CRASH_LIMIT and log:
+                        log(f"{name} crashed or hung on {CRASH_LIMIT} inputs: its remaining inputs are not run")
             done += 1
             cost[i] = time.perf_counter() - t1
             if bar:
@@ -150,24 +169,28 @@ def collect(specs: list[KernelSpec], *, examples: int, baselines: bool = True, b
             break
     if bar:
         bar.close()
+    printed.close()
     if hit and log:
         log(f"time budget of {budget:.0f}s reached after {done} of {total} inputs "
             f"({done / max(len(plan), 1):.1f} per class)")
     return RunResult([c.row() for c in cells], done, total, time.perf_counter() - t0, hit, oracle_s)
 
 
-def run_one(mod, cell: Cell, prepared, key: str = "") -> None:
+def run_one(mod, cell: Cell, prepared, key: str = "", stopped: bool = False,
+            printed: KernelOutput | None = None) -> None:
     """One kernel on one prepared input, folded into its cell: a kernel that raises on an input it
     declares it takes fails; a baseline backend that refuses the input is counted as refused.
-    `key` names the call for `flashcheck.isolation` (a crash or hang in it is that kernel's error)."""
+    `key` names the call for `flashcheck.isolation` (a crash or hang in it is that kernel's error);
+    a `stopped` kernel (crashed or hung too often) is not called. What it prints goes through
+    `printed` (capped)."""
     t0 = time.perf_counter()
     try:
-        _run_one(mod, cell, prepared, key)
+        _run_one(mod, cell, prepared, key, stopped, printed)
     finally:
         cell.seconds += time.perf_counter() - t0
 
 
-def _run_one(mod, cell: Cell, prepared, key: str = "") -> None:
+def _run_one(mod, cell: Cell, prepared, key: str, stopped: bool, printed: KernelOutput | None) -> None:
     import os
     from contextlib import nullcontext
 
@@ -181,10 +204,19 @@ def _run_one(mod, cell: Cell, prepared, key: str = "") -> None:
     crashed = isolation.excluded().get(key) if key else None
     if crashed:  # it crashed or hung on this input in an earlier run of this report
         cell.acc.add_error(isolation.KernelCrashed(crashed.removeprefix(key + ": ")))
+        if isolation.hung(crashed):
+            cell.hung += 1
+        else:
+            cell.crashed += 1
+        return
+    if stopped:
+        cell.not_run += 1
+        isolation.record("plan", tasks=[key])  # planned, never started: the run's tally counts it not run
         return
     timeout = float(os.environ.get(isolation.TIMEOUT_ENV) or 0) or None
     try:
-        with isolation.task(key, timeout) if key else nullcontext():
+        with isolation.task(key, timeout) if key else nullcontext(), \
+                printed.capture() if printed else nullcontext():
             out = mod.call(spec, prepared)
     except GpuFault as e:  # the context is dead: with a parent, a fresh child makes the report
         isolation.fault_exit(f"{key}: {e}")

@@ -67,10 +67,15 @@ def supports(spec: KernelSpec, p: Prepared) -> bool:
 
 def call(spec: KernelSpec, p: Prepared) -> torch.Tensor:
     x = p.x.contiguous() if spec.contiguous_only else p.x
-    y = spec.fn(x)
-    if not isinstance(y, torch.Tensor) or y.shape != p.x.shape or y.dtype != p.x.dtype:
-        raise TypeError(f"returned {type(y).__name__} {getattr(y, 'dtype', '')} "
-                        f"{tuple(getattr(y, 'shape', ()))}, expected {p.x.dtype} {tuple(p.x.shape)}")
+    return returned(spec.fn(x), p.x.shape, p.x.dtype)
+
+
+def returned(y: Any, shape: tuple, dtype: torch.dtype) -> torch.Tensor:
+    """`y` when it is a tensor of `shape` and `dtype`, else the kernel's error in one line."""
+    if not isinstance(y, torch.Tensor):
+        raise TypeError(f"returned a {type(y).__name__}, not a tensor (expected {dtype} {tuple(shape)})")
+    if y.shape != shape or y.dtype != dtype:
+        raise TypeError(f"returned {y.dtype} {tuple(y.shape)}, expected {dtype} {tuple(shape)}")
     return y
 
 
@@ -111,4 +116,4 @@ def baselines() -> list[KernelSpec]:
 
 
 __all__ = ["FAMILY", "FEATURES", "UNITS", "class_names", "strategies", "prepare", "supports", "call", "measure", "baselines",
-           "max_n_for", "mismatch_of"]
+           "max_n_for", "mismatch_of", "returned"]
