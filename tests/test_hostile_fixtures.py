@@ -295,7 +295,7 @@ def test_ctrl_c_ends_the_supervised_child_before_returning(tmp_path: Path) -> No
         child = int(pid_file.read_text())
         parent.send_signal(signal.SIGINT)
         _, err = parent.communicate(timeout=30)
-        assert parent.returncode == exitcodes.INTERRUPTED and err.strip().endswith("flashcheck replay: interrupted"), err
+        assert parent.returncode == exitcodes.INTERRUPTED and err.count("interrupted") == 1, err
         with pytest.raises(ProcessLookupError):
             os.kill(child, 0)  # ended and reaped before the supervisor returned
     finally:
