@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
 from .attention_build import (  # noqa: F401  (the public import path re-exports these)
-    BLOCKS, LAYOUTS, ODD_HEAD_DIMS, Caps, Limits, Shapes, _caps, default_limits, place,
+    BLOCKS, LAYOUTS, ODD_HEAD_DIMS, Caps, Limits, Shapes, _caps, default_limits, in_geometry, place,
 )
 from .attention_dense import (
     benign_attention, causal_rectangular, fp16_overflowing_scores, fully_masked_rows, kv_lens_edges,
@@ -79,8 +79,8 @@ def class_strategy(cls: str, *, dtype, caps: Caps | None = None, **limits) -> Se
     """One class's strategy; the feature classes get the kernel's capabilities (every class takes
     `shapes=`, the declared head dims and square_only, among the limits)."""
     if cls in FEATURE_AWARE:
-        return CLASSES[cls](dtype=dtype, caps=caps, **limits)
-    return CLASSES[cls](dtype=dtype, **limits)
+        return in_geometry(CLASSES[cls](dtype=dtype, caps=caps, **limits))
+    return in_geometry(CLASSES[cls](dtype=dtype, **limits))
 
 
 def attention_cases(*, dtype, max_head_dim: int | None = None, max_m: int | None = None,

@@ -15,6 +15,7 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy, composite
 
+import contextvars
 import os
 
 from flashcheck.kernels._runtime import DEVICE, INTERPRET
@@ -29,22 +30,74 @@ ODD_HEAD_DIMS = (1, 2, 3, 5, 7, 13, 40, 59, 72, 80, 96, 111, 160, 192, 255, 256)
 BLOCKS = (16, 32, 64, 128)  # key-block widths real kernels use
 
 #: Compile-aware geometry (on by default on a GPU; FLASHCHECK_COMPILE_AWARE=0/1 overrides). Triton
-#: compiles a binary per specialisation of a kernel's integer arguments: each is 1, a multiple of
-#: 16 or neither, and a stride is a product of sizes, so a size of 24 against one of 2 makes its
-#: stride a multiple of 16 by coincidence. Sizes drawn freely gave an author's plain attention kernel
-#: 2174 binaries in one gpu-profile verdict (one H200): compiling was most of it. With every drawn
-#: length and head dim 1, odd or a multiple of 16 (`_snap`) and the padded layout's pitches odd, a
-#: stride's class follows from its sizes' classes, so cases of the same classes share binaries. The
-#: CPU draws every size: there nothing is compiled.
+#: compiles a binary per specialisation of a kernel's integer arguments (each is 1, a multiple of 16
+#: or neither) and a stride is a product of sizes: sizes and layouts drawn independently gave an
+#: author's plain attention kernel 2174 binaries in one gpu-profile verdict (one H200), and
+#: compiling them was most of its time. On a GPU each case is drawn inside one `Geometry` of
+#: `GEOMETRIES` (`in_geometry`): its layout and, for query length, key length and head dims, the
+#: class every drawn size is moved into (`_snap`): a multiple of 16, or odd. Odd sizes keep their
+#: tails at every block width and multiples of 16 their alignment; a stride's class then follows
+#: from the geometry, so cases of one geometry share binaries. Sizes of 1 stay 1 (decode, one key).
+#: The CPU draws every size and layout: there nothing is compiled.
 COMPILE_AWARE = os.environ.get("FLASHCHECK_COMPILE_AWARE", "0" if INTERPRET else "1") == "1"
 
 
-def _snap(v: int, lo: int, hi: int) -> int:
-    """v itself where it is 1 or a multiple of 16 (or compile-aware drawing is off), else the odd
-    neighbour inside [lo, hi]: tails and odd sizes survive, even sizes of other classes do not."""
-    if not COMPILE_AWARE or v == 1 or v % 16 == 0 or v % 2:
+@dataclass(frozen=True)
+class Geometry:
+    """A layout and the class ("16" or "odd") of each drawn size: m, n and the head dims d (dv too)."""
+
+    layout: str
+    m: str
+    n: str
+    d: str
+
+
+#: Each layout once with aligned head dims, the ragged combinations real kernels meet (odd query
+#: rows against aligned keys and the reverse), and odd head dims contiguous and padded.
+GEOMETRIES = (
+    Geometry("bhsd", "16", "16", "16"),
+    Geometry("bhsd", "odd", "odd", "odd"),
+    Geometry("bhsd", "odd", "16", "16"),
+    Geometry("bshd", "16", "odd", "16"),
+    Geometry("padded", "odd", "odd", "odd"),
+    Geometry("dstep", "odd", "odd", "16"),
+)
+_GEOMETRY: contextvars.ContextVar[Geometry | None] = contextvars.ContextVar("geometry", default=None)
+
+
+def in_geometry(strategy: SearchStrategy) -> SearchStrategy:
+    """`strategy` drawn inside one of `GEOMETRIES` on a GPU; itself on the CPU."""
+    if not COMPILE_AWARE:
+        return strategy
+
+    @composite
+    def drawn(draw):
+        token = _GEOMETRY.set(draw(st.sampled_from(GEOMETRIES)))
+        try:
+            return draw(strategy)
+        finally:
+            _GEOMETRY.reset(token)
+
+    return drawn()
+
+
+def _snap(v: int, lo: int, hi: int, dim: str) -> int:
+    """v moved into the current geometry's class for `dim` ("m", "n", "d") inside [lo, hi], the
+    nearest such value; 1 stays 1, and v stays v outside a geometry or where no value fits."""
+    g = _GEOMETRY.get()
+    if g is None or v == 1:
         return v
-    return v + 1 if v + 1 <= hi else (v - 1 if v - 1 >= lo else v)
+    if getattr(g, dim) == "16":
+        options = [x for x in (v - v % 16, v - v % 16 + 16) if lo <= x <= hi and x > 0]
+    else:
+        options = [x for x in (v, v - 1, v + 1) if x % 2 and lo <= x <= hi]
+    return min(options, key=lambda x: abs(x - v)) if options else v
+
+
+def geometry_layout() -> str | None:
+    """The current geometry's layout (None outside one)."""
+    g = _GEOMETRY.get()
+    return None if g is None else g.layout
 
 
 @dataclass(frozen=True)
@@ -128,13 +181,14 @@ def _seed() -> SearchStrategy[int]:
     return st.integers(0, 2**32 - 1)
 
 
-def _lengths(max_len: int, *, min_len: int = 1) -> SearchStrategy[int]:
-    """Sequence lengths: 1, just below/at/above block widths, anything."""
+def _lengths(max_len: int, *, min_len: int = 1, dim: str = "m") -> SearchStrategy[int]:
+    """Sequence lengths: 1, just below/at/above block widths, anything (in the geometry's class
+    for `dim`, "m" or "n")."""
     near = sorted({v for b in BLOCKS for v in (b - 1, b, b + 1, b // 2 + 1) if min_len <= v <= max_len})
     opts = [st.integers(min_len, max_len)]
     if near:
         opts.append(st.sampled_from(near))
-    return st.one_of(opts).map(lambda v: _snap(v, min_len, max_len))
+    return st.one_of(opts).map(lambda v: _snap(v, min_len, max_len, dim))
 
 
 @composite
@@ -156,7 +210,7 @@ def _head_dim(draw, lim: Limits) -> int:
     if declared:
         return draw(st.sampled_from(declared))
     small = [d for d in (1, 3, 8, 16, 24, 32, 40, 59, 64) if d <= lim.max_head_dim]
-    return _snap(draw(st.one_of(st.sampled_from(small), st.integers(1, lim.max_head_dim))), 1, lim.max_head_dim)
+    return _snap(draw(st.one_of(st.sampled_from(small), st.integers(1, lim.max_head_dim))), 1, lim.max_head_dim, "d")
 
 
 @composite
@@ -164,7 +218,7 @@ def _key_len(draw, lim: Limits, m: int, *, min_len: int = 1) -> int:
     """N for a drawn M: M itself for a kernel that declares square_only, else any length."""
     if lim.shapes is not None and lim.shapes.square and min_len <= m <= lim.max_n:
         return m
-    return draw(_lengths(lim.max_n, min_len=min_len))
+    return draw(_lengths(lim.max_n, min_len=min_len, dim="n"))
 
 
 @dataclass
@@ -220,7 +274,7 @@ def _finish(draw, parts: _Parts, fmt: Format, label: str, *, strided: bool = Tru
             k[b, :, n_valid:, :] = fill
             v[b, :, n_valid:, :] = -fill if hidden == "huge" else fill
     if layout is None:
-        layout = draw(st.sampled_from(LAYOUTS)) if strided else "bhsd"
+        layout = (geometry_layout() or draw(st.sampled_from(LAYOUTS))) if strided else "bhsd"
     pad, off = draw(st.integers(1, 9)), _storage_offset(draw, fmt, unaligned=unaligned)
     tensors = {name: place(a, fmt, layout, pad=pad, offset=off) for name, a in (("q", q), ("k", k), ("v", v))}
     if parts.kv_lens is not None:
@@ -259,7 +313,7 @@ def _value_dim(draw, caps: Caps, d: int, lim: Limits) -> int:
     """Dv: usually D, another head dim when the kernel takes Dv != D."""
     if "dv" in caps and draw(st.booleans()):
         return _snap(draw(st.sampled_from([x for x in (1, 8, 20, 33, 64) if x <= lim.max_head_dim] or [d])),
-                     1, lim.max_head_dim)
+                     1, lim.max_head_dim, "d")
     return d
 
 

@@ -103,7 +103,7 @@ def odd_head_dims(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max
     d = draw(st.sampled_from(wide)) if wide and draw(st.booleans()) else draw(st.sampled_from(narrow))
     b, h = 1, 1
     m = draw(_lengths(min(lim.max_m, 33 if INTERPRET else lim.max_m)))
-    n = draw(_lengths(min(lim.max_n, 40 if INTERPRET else lim.max_n)))
+    n = draw(_lengths(min(lim.max_n, 40 if INTERPRET else lim.max_n), dim="n"))
     rng = np.random.default_rng(draw(_seed()))
     parts = _Parts(_normal(rng, (b, h, m, d)), _normal(rng, (b, h, n, d)), _normal(rng, (b, h, n, d)),
                    causal=draw(st.booleans()), kv_lens=_maybe_kv_lens(draw, b, n))
@@ -117,7 +117,7 @@ def ragged_lengths(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, ma
     fmt, lim = _fmt(dtype), _lim(max_m, max_n, max_head_dim, max_bh, shapes)
     b, h = draw(_bh(lim))
     m = draw(_lengths(lim.max_m))
-    n = draw(_lengths(lim.max_n).filter(lambda x: x != m))
+    n = draw(_lengths(lim.max_n, dim="n").filter(lambda x: x != m))
     d = draw(_head_dim(lim))
     rng = np.random.default_rng(draw(_seed()))
     parts = _Parts(_normal(rng, (b, h, m, d)), _normal(rng, (b, h, n, d)), _normal(rng, (b, h, n, d)),
