@@ -18,7 +18,7 @@ import pytest
 if TYPE_CHECKING:
     from flashcheck.kernels.registry import KernelSpec
 
-from flashcheck import LOCAL_FIXTURE_DIR as EXTERNAL_FIXTURE_DIR, families, suite_paths
+from flashcheck import LOCAL_FIXTURE_DIR as EXTERNAL_FIXTURE_DIR, SUITE, families, suite_paths
 
 _ACTIVE_KEY = pytest.StashKey[bool]()
 _OURS_KEY = pytest.StashKey[bool]()  # a flashcheck run: a suite, or --kernel/--family
@@ -56,12 +56,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
-    """`--kernel` with no test paths: the family's suite is the run (its conftest an initial one)."""
+    """`--kernel` with no test paths: the family's suite is the run (its conftest an initial one).
+
+    A run of the suite against a kernel imports the suite in importlib mode: pytest's default
+    (prepend) puts the folder above the suite's packages first on sys.path, in a checkout or
+    editable install the root with flashcheck's kernels/, tests/, reports/, and a user's own
+    `kernels.my_softmax` was then not found (issue 49)."""
     ns = early_config.known_args_namespace
-    if getattr(ns, "flashcheck_kernel", None) and not ns.file_or_dir:
+    if not getattr(ns, "flashcheck_kernel", None):
+        return
+    # A value of an option a suite plugin adds (`--quick-first 3`) is not a test path.
+    given = [p for p in ns.file_or_dir if Path(p.split("::")[0]).exists()]
+    if not given:
         paths = suite_paths(getattr(ns, "flashcheck_family", None))
         args.extend(paths)
-        ns.file_or_dir = list(paths)
+        ns.file_or_dir = [*ns.file_or_dir, *paths]
+        given = paths
+    if all(SUITE.resolve() in Path(p.split("::")[0]).resolve().parents for p in given) and \
+            not any(a.startswith("--import-mode") for a in args):
+        args.append("--import-mode=importlib")
+        ns.importmode = "importlib"
 
 
 def _overrides(config: pytest.Config) -> dict[str, str]:
