@@ -331,6 +331,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cmd is None:
         print(f"flashcheck: unknown command {argv[0]!r} (commands: {', '.join(COMMANDS)})", file=sys.stderr)
         return exitcodes.USAGE
+    from flashcheck.devices import interpreter_off_without_gpu
+
+    problem = interpreter_off_without_gpu()
+    if problem:
+        print(f"flashcheck {argv[0]}: {problem}", file=sys.stderr)
+        return exitcodes.USAGE
     rc = exitcodes.guarded(f"flashcheck {argv[0]}", cmd, argv[1:])
     from flashcheck import isolation
 

@@ -110,6 +110,9 @@ SAMPLE_ENV = "FLASHCHECK_SAMPLE_TESTS"
 
 
 class _Sample:
+    """A sample that passes is not a verdict: it exits 5 (exitcodes.NOTHING_CHECKED), never 0, unless
+    it kept every selected test; a failure in it is still a failure (1)."""
+
     def __init__(self, keep: int) -> None:
         self.keep, self.of = keep, 0
 
@@ -123,9 +126,24 @@ class _Sample:
         config.hook.pytest_deselected(items=[it for i, it in enumerate(items) if i not in chosen])
         items[:] = [it for i, it in enumerate(items) if i in chosen]
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error) -> None:  # xdist's controller: the workers collected
+        self.of = max(self.of, getattr(node, "workeroutput", {}).get(SAMPLE_ENV, 0))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if hasattr(session.config, "workeroutput"):
+            session.config.workeroutput[SAMPLE_ENV] = self.of
+        elif session.exitstatus == pytest.ExitCode.OK and self.of > self.keep:
+            from flashcheck.exitcodes import NOTHING_CHECKED
+
+            session.exitstatus = NOTHING_CHECKED
+
     def pytest_terminal_summary(self, terminalreporter) -> None:
+        sampled = self.of > self.keep
         terminalreporter.write_line(f"flashcheck: {SAMPLE_ENV}={self.keep}: a sample of {min(self.keep, self.of)} "
-                                    f"of the {self.of} selected tests ran")
+                                    f"of the {self.of} selected tests ran" + (
+                                        ": not a verdict (a passing sample exits 5, not 0)" if sampled else ""))
 
 
 def _sample(config: pytest.Config) -> None:
@@ -147,7 +165,13 @@ def pytest_configure(config: pytest.Config) -> None:
     ours = config.stash[_ACTIVE_KEY] or config.pluginmanager.hasplugin("flashcheck.tiers")
     config.stash[_OURS_KEY] = ours
     if ours:  # a run of a suite: the kernels' hooks now; an unrelated run imports no torch for them
-        from flashcheck import kernel_hooks
+        from flashcheck import devices, kernel_hooks, profiles
+
+        problem = devices.interpreter_off_without_gpu()
+        if problem:
+            raise pytest.UsageError(problem)
+        if config.stash[_ACTIVE_KEY]:
+            profiles.keep_out_of_working_folder()
 
         kernel_hooks.attach()
     from flashcheck import isolation
