@@ -8,6 +8,7 @@ Nothing here allocates what a hostile fixture asks for: the caps are checked on 
 """
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -106,6 +107,8 @@ def test_a_softmax_kernel_rejecting_long_rows_is_told_its_max_n(tmp_path: Path) 
     from flashcheck.external import load_kernel
     from flashcheck.limits import KernelUnsupported
     from flashcheck.strategies.case import Case
+
+    properties.load_properties()
 
     (tmp_path / "short.py").write_text(textwrap.dedent('''
         import torch
@@ -212,10 +215,11 @@ def test_a_user_package_named_kernels_is_checked(layout: str, target: str, tmp_p
         (root / "kernels").mkdir(parents=True, exist_ok=True)
         (root / "kernels" / name).write_text(text)
     env = clean_env()
-    from flashcheck.cli import _installed
-
-    if _installed():  # as a user has it: flashcheck installed, the checkout nowhere on the path
+    try:  # as a user has it: flashcheck installed, the checkout nowhere on the path
+        importlib.metadata.distribution("flashcheck")
         env["PYTHONPATH"] = os.pathsep.join(p for p in env["PYTHONPATH"].split(os.pathsep)[1:] if p)
+    except importlib.metadata.PackageNotFoundError:
+        pass  # run from a checkout: it must be on the path
     if layout == "src":
         env["PYTHONPATH"] = os.pathsep.join(p for p in ("src", env.get("PYTHONPATH")) if p)
     p = subprocess.run([sys.executable, "-m", "flashcheck.cli", "check", target, "--family", "softmax", "-p",
