@@ -236,3 +236,19 @@ def test_a_suite_plugin_option_with_its_value_apart_is_not_a_test_path(tmp_path:
     p = _run(["pytest", "-p", "no:xdist", "--kernel", "k.py:softmax", "--family", "softmax", "--quick-first", "3",
               "--co", "-q"], tmp_path)
     assert p.returncode == 0 and "tests collected" in p.stdout, p.stdout[-3000:] + p.stderr[-3000:]
+
+
+def test_a_huge_declared_max_n_is_not_allocated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--kernel-max-n 1099511627776`: the check that a longer row is refused allocated that row."""
+    from flashcheck.external import load_kernel
+    from flashcheck.suite import test_softmax
+
+    spec = load_kernel(f"{_kernel_file(tmp_path)}:softmax", "softmax",
+                       overrides={"max_n": 2**40, "validates_input": True})
+
+    def refuse(*size, **kw):
+        raise AssertionError(f"allocated {size}")
+
+    monkeypatch.setattr(torch, "zeros", refuse)
+    with pytest.raises(pytest.skip.Exception, match="not allocated"):
+        test_softmax.test_row_too_long_raises(spec)
