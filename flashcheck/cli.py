@@ -114,13 +114,33 @@ def _nothing_checked(s: dict) -> str:
 
 
 def _python(*args: str) -> list[str]:
-    """A child running this same flashcheck (a checkout first on its path, as here)."""
+    """A child running this same flashcheck (a checkout not installed first on its path, as here)."""
     from flashcheck import IMPORT_ROOT
 
     path = os.environ.get("PYTHONPATH", "")
-    if str(IMPORT_ROOT) not in path.split(os.pathsep):
+    if str(IMPORT_ROOT) not in path.split(os.pathsep) and not _installed():
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(IMPORT_ROOT), path) if p)
     return [sys.executable, *args]
+
+
+def _installed() -> bool:
+    """Whether a child finds this flashcheck without its IMPORT_ROOT on the path (site-packages, or
+    an editable install's finder). A checkout's root must then stay off it: its kernels/, tests/,
+    reports/ would shadow a user's packages of those names (issue 49)."""
+    import importlib.machinery
+
+    from flashcheck import IMPORT_ROOT
+
+    path = [p for p in sys.path if p and Path(p).resolve() != IMPORT_ROOT.resolve()]
+    for finder in sys.meta_path:
+        try:
+            spec = (importlib.machinery.PathFinder.find_spec("flashcheck", path)
+                    if finder is importlib.machinery.PathFinder else finder.find_spec("flashcheck", None))
+        except Exception:  # noqa: BLE001  (a third-party finder's quirk: ask the next)
+            continue
+        if spec is not None:
+            return spec.origin is not None and Path(spec.origin).resolve().parent == Path(__file__).resolve().parent
+    return False
 
 
 def _supervised(command: str, argv: Sequence[str], unit: str, **kw) -> int | None:
@@ -317,6 +337,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     cmd = COMMANDS.get(argv[0])
     if cmd is None:
         print(f"flashcheck: unknown command {argv[0]!r} (commands: {', '.join(COMMANDS)})", file=sys.stderr)
+        return exitcodes.USAGE
+    from flashcheck.devices import interpreter_off_without_gpu
+
+    problem = interpreter_off_without_gpu()
+    if problem:
+        print(f"flashcheck {argv[0]}: {problem}", file=sys.stderr)
         return exitcodes.USAGE
     rc = exitcodes.guarded(f"flashcheck {argv[0]}", cmd, argv[1:])
     from flashcheck import isolation

@@ -157,3 +157,18 @@ def exclusive_memory(what: str = "a test"):
                 torch.cuda.synchronize()
                 torch.cuda.empty_cache()
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def interpreter_off_without_gpu(environ: MutableMapping[str, str] | None = None) -> str | None:
+    """The one line for TRITON_INTERPRET switched off on a machine with no GPU (None: fine).
+    Without it every suite module failed to collect on "Torch not compiled with CUDA enabled"."""
+    env = os.environ if environ is None else environ
+    raw = env.get("TRITON_INTERPRET")
+    if raw is None or raw.strip() not in ("", "0"):  # the kernels' own reading (kernels/_runtime.py)
+        return None
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    return (f"TRITON_INTERPRET={raw!r} switches Triton's interpreter off, but this machine has no GPU "
+            "(torch.cuda.is_available() is False): unset it to run the kernels in the interpreter on the CPU")

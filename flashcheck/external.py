@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import importlib
 import importlib.util
+import json
 import math
 import os
 import sys
@@ -127,9 +128,17 @@ def _empty_lse(v: Any) -> float:
     return f
 
 
-def _configs(v: Any) -> tuple[dict[str, Any], ...]:
-    items = tuple(dict(c) for c in v)
-    return items
+def configs(v: Any) -> tuple[dict[str, Any], ...]:
+    """A list of launch-keyword dicts; a command line writes it as JSON (`configs=[{"block": 64}]`)."""
+    if isinstance(v, str):
+        try:
+            v = json.loads(v)
+        except ValueError:
+            raise ValueError(f"{v!r} is not JSON (write a list of objects: [{{\"block\": 64}}])") from None
+    if isinstance(v, Mapping) or not isinstance(v, (list, tuple)) or not all(
+            isinstance(c, Mapping) and all(isinstance(k, str) for k in c) for c in v):
+        raise ValueError(f"{v!r} is not a list of keyword dicts (e.g. [{{\"block\": 64}}])")
+    return tuple(dict(c) for c in v)
 
 
 def _callable(v: Any) -> Callable:
@@ -153,8 +162,8 @@ CAPABILITIES: dict[str, tuple[str, Callable[[Any], Any], tuple[str, ...], str]] 
     "contiguous_only": ("contiguous_only", _bool, ALL_FAMILIES, "it takes contiguous inputs only"),
     "out": ("takes_out", _bool, ("softmax",), "it accepts out= (guard-band tests run)"),
     "shift_exact": ("shift_exact", _bool, ("softmax",), "exact shifts give identical bits"),
-    "configs": ("configs", _configs, ALL_FAMILIES, "launch kwargs that must give identical bits"),
-    "tunings": ("tunings", _configs, ALL_FAMILIES, "launch kwargs that may change bits within the bound"),
+    "configs": ("configs", configs, ALL_FAMILIES, "launch kwargs that must give identical bits"),
+    "tunings": ("tunings", configs, ALL_FAMILIES, "launch kwargs that may change bits within the bound"),
     "head_dims": ("head_dims", _head_dims, ("attention",), "head dims it takes (list or predicate)"),
     "max_head_dim": ("max_head_dim", _positive_int, ("attention",), "largest head dim"),
     "square_only": ("square_only", _bool, ("attention",), "M = N only"),

@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import math
 import os
 import platform
 import re
@@ -47,6 +48,14 @@ SUITE_ENV = "FLASHCHECK_SUITE_FIXTURES"
 MAX_FILE_BYTES = 1 << 30
 MAX_STORAGE_BYTES = 256 << 20
 MAX_DIMS = 8
+#: Views, not only storage, are capped: zero strides make a view of any size from one stored word,
+#: and the kernel's output, the tool's copies and the oracle all scale with the view (issue 49: a
+#: [1, 10**9] view of one word grew a replay to 23 GB). The attention oracle keeps five float64
+#: (B, Hq, M, N) arrays: 2^22 scores is 20 times the largest drawn case, under 1 GB.
+MAX_VIEW_BYTES = MAX_STORAGE_BYTES
+MAX_SCORES = 1 << 22
+#: Largest integer keyword (max_seqlen_*, num_splits, window): kernels size grids and loops by them.
+MAX_KWARG_INT = 1 << 24
 
 
 class FixtureError(ValueError):
@@ -321,9 +330,12 @@ def _check_tensor(name: str, t: Any) -> None:
     words = _int(t.get("storage_words"), f"{what} storage_words")
     if words * size > MAX_STORAGE_BYTES:
         raise FixtureError(f"{what}: storage of {words} words is implausibly large (cap {MAX_STORAGE_BYTES >> 20} MiB)")
-    if all(shape) and offset + sum((n - 1) * s for n, s in zip(shape, stride)) >= words:
+    if offset > words or (all(shape) and offset + sum((n - 1) * s for n, s in zip(shape, stride)) >= words):
         raise FixtureError(f"{what}: shape {shape}, stride {stride}, offset {offset} reach past its "
                            f"{words}-word storage")
+    if math.prod(shape) * size > MAX_VIEW_BYTES:
+        raise FixtureError(f"{what}: shape {shape} is {math.prod(shape)} elements, implausibly many (cap "
+                           f"{MAX_VIEW_BYTES >> 20} MiB as a tensor; it views {words} stored words)")
     bits = t.get("bits")
     if not isinstance(bits, list) or not all(isinstance(line, str) for line in bits):
         raise FixtureError(f"{what}: bits is not a list of strings")
@@ -344,6 +356,22 @@ def _check_kwargs(kwargs: Any) -> None:
     for k, v in kwargs.items():
         if isinstance(v, dict) and (set(v) != {"dtype"} or v["dtype"] not in DTYPES):
             raise FixtureError(f"kwarg {k!r}: {v!r} is not a dtype object ({{\"dtype\": NAME}})")
+        ints = v if isinstance(v, list) else [v]
+        if any(isinstance(i, int) and abs(i) > MAX_KWARG_INT for i in ints):
+            raise FixtureError(f"kwarg {k!r}: {v!r} is implausibly large (cap {MAX_KWARG_INT})")
+
+
+def _check_work(tensors: dict[str, Any]) -> None:
+    """What the replay allocates beyond the views: attention's output (query rows x Dv) and the
+    oracle's scores (query rows x key rows: an upper bound, exact for one batch and head)."""
+    if not all(isinstance(tensors.get(n), dict) and tensors[n]["shape"] for n in ("q", "k", "v")):
+        return
+    rows_q, rows_k = (math.prod(tensors[n]["shape"][:-1]) for n in ("q", "k"))
+    out = rows_q * tensors["v"]["shape"][-1]
+    if out * DTYPES[tensors["q"]["dtype"]].itemsize > MAX_VIEW_BYTES or rows_q * rows_k > MAX_SCORES:
+        raise FixtureError(f"{rows_q} query rows, {rows_k} key rows: {rows_q * rows_k} scores and {out} output "
+                           f"elements are implausibly many (caps: {MAX_SCORES} scores, {MAX_VIEW_BYTES >> 20} MiB "
+                           "of output)")
 
 
 def read_fixture(path: Path | str) -> dict[str, Any]:
@@ -371,12 +399,15 @@ def read_fixture(path: Path | str) -> dict[str, Any]:
         if not isinstance(tensors, dict) or not tensors:
             raise FixtureError(f"tensors is {type(tensors).__name__ if tensors is not None else 'missing'}, "
                                "not an object of tensors")
-        total = 0
+        total = viewed = 0
         for name, t in tensors.items():
             _check_tensor(name, t)
             total += t["storage_words"] * DTYPES[t["dtype"]].itemsize
-        if total > MAX_STORAGE_BYTES:
-            raise FixtureError(f"{total} bytes of tensors is implausibly large (cap {MAX_STORAGE_BYTES >> 20} MiB)")
+            viewed += math.prod(t["shape"]) * DTYPES[t["dtype"]].itemsize
+        if total > MAX_STORAGE_BYTES or viewed > MAX_VIEW_BYTES:
+            raise FixtureError(f"{max(total, viewed)} bytes of tensors is implausibly large (cap "
+                               f"{MAX_STORAGE_BYTES >> 20} MiB)")
+        _check_work(tensors)
     except FixtureError as e:
         raise FixtureError(f"bad fixture {path}: {e}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
@@ -386,7 +417,9 @@ def read_fixture(path: Path | str) -> dict[str, Any]:
 
 def _decode_tensor(d: dict[str, Any], device: torch.device) -> torch.Tensor:
     dtype = DTYPES[d["dtype"]]
-    words = np.array([int(w, 16) for line in d["bits"] for w in line.split()], dtype=WORD[dtype.itemsize])
+    # fromiter, not a list: a list of Python ints is ~36 bytes a word, 18 times an fp16 storage
+    words = np.fromiter((int(w, 16) for line in d["bits"] for w in line.split()), dtype=WORD[dtype.itemsize],
+                        count=int(d["storage_words"]))
     base = torch.from_numpy(words.view(np.uint8).copy()).view(dtype).to(device)
     return base.as_strided(d["shape"], d["stride"], d["storage_offset"])
 

@@ -86,11 +86,19 @@ class KernelUnsupported(RuntimeError):
 
 
 def feature_hint(spec: Any, tensors: dict[str, torch.Tensor]) -> str | None:
-    """For an attention input that raised: the shape features it used, each with its declaration."""
+    """For an input that raised: the shape features it used, each with its declaration (softmax: the
+    row's length, as Hypothesis shrinks it to the shortest that raises)."""
+    from flashcheck.external import flag
+
+    if spec.family == "softmax":
+        n = _sizes(spec, tensors).get("n", 0)
+        if n < 2 or (spec.max_n is not None and n > spec.max_n):
+            return None
+        return (f"it raised on a row of n={n}; if it does not take rows that long, declare `max_n={n - 1}` "
+                f"({flag('max_n', n - 1)})")
     q, k, v = (tensors.get(n) for n in ("q", "k", "v"))
     if spec.family != "attention" or not all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (q, k, v)):
         return None
-    from flashcheck.external import flag
 
     used = []
     if q.shape[1] != k.shape[1]:

@@ -18,7 +18,7 @@ import pytest
 if TYPE_CHECKING:
     from flashcheck.kernels.registry import KernelSpec
 
-from flashcheck import LOCAL_FIXTURE_DIR as EXTERNAL_FIXTURE_DIR, families, suite_paths
+from flashcheck import LOCAL_FIXTURE_DIR as EXTERNAL_FIXTURE_DIR, SUITE, families, suite_paths
 
 _ACTIVE_KEY = pytest.StashKey[bool]()
 _OURS_KEY = pytest.StashKey[bool]()  # a flashcheck run: a suite, or --kernel/--family
@@ -56,12 +56,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
-    """`--kernel` with no test paths: the family's suite is the run (its conftest an initial one)."""
+    """`--kernel` with no test paths: the family's suite is the run (its conftest an initial one).
+
+    A run of the suite against a kernel imports the suite in importlib mode: pytest's default
+    (prepend) puts the folder above the suite's packages first on sys.path, in a checkout or
+    editable install the root with flashcheck's kernels/, tests/, reports/, and a user's own
+    `kernels.my_softmax` was then not found (issue 49)."""
     ns = early_config.known_args_namespace
-    if getattr(ns, "flashcheck_kernel", None) and not ns.file_or_dir:
+    if not getattr(ns, "flashcheck_kernel", None):
+        return
+    # A value of an option a suite plugin adds (`--quick-first 3`) is not a test path.
+    given = [p for p in ns.file_or_dir if Path(p.split("::")[0]).exists()]
+    if not given:
         paths = suite_paths(getattr(ns, "flashcheck_family", None))
         args.extend(paths)
-        ns.file_or_dir = list(paths)
+        ns.file_or_dir = [*ns.file_or_dir, *paths]
+        given = paths
+    if all(SUITE.resolve() in Path(p.split("::")[0]).resolve().parents for p in given) and \
+            not any(a.startswith("--import-mode") for a in args):
+        args.append("--import-mode=importlib")
+        ns.importmode = "importlib"
 
 
 def _overrides(config: pytest.Config) -> dict[str, str]:
@@ -96,6 +110,9 @@ SAMPLE_ENV = "FLASHCHECK_SAMPLE_TESTS"
 
 
 class _Sample:
+    """A sample that passes is not a verdict: it exits 5 (exitcodes.NOTHING_CHECKED), never 0, unless
+    it kept every selected test; a failure in it is still a failure (1)."""
+
     def __init__(self, keep: int) -> None:
         self.keep, self.of = keep, 0
 
@@ -109,9 +126,24 @@ class _Sample:
         config.hook.pytest_deselected(items=[it for i, it in enumerate(items) if i not in chosen])
         items[:] = [it for i, it in enumerate(items) if i in chosen]
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error) -> None:  # xdist's controller: the workers collected
+        self.of = max(self.of, getattr(node, "workeroutput", {}).get(SAMPLE_ENV, 0))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if hasattr(session.config, "workeroutput"):
+            session.config.workeroutput[SAMPLE_ENV] = self.of
+        elif session.exitstatus == pytest.ExitCode.OK and self.of > self.keep:
+            from flashcheck.exitcodes import NOTHING_CHECKED
+
+            session.exitstatus = NOTHING_CHECKED
+
     def pytest_terminal_summary(self, terminalreporter) -> None:
+        sampled = self.of > self.keep
         terminalreporter.write_line(f"flashcheck: {SAMPLE_ENV}={self.keep}: a sample of {min(self.keep, self.of)} "
-                                    f"of the {self.of} selected tests ran")
+                                    f"of the {self.of} selected tests ran" + (
+                                        ": not a verdict (a passing sample exits 5, not 0)" if sampled else ""))
 
 
 def _sample(config: pytest.Config) -> None:
@@ -133,7 +165,13 @@ def pytest_configure(config: pytest.Config) -> None:
     ours = config.stash[_ACTIVE_KEY] or config.pluginmanager.hasplugin("flashcheck.tiers")
     config.stash[_OURS_KEY] = ours
     if ours:  # a run of a suite: the kernels' hooks now; an unrelated run imports no torch for them
-        from flashcheck import kernel_hooks
+        from flashcheck import devices, kernel_hooks, profiles
+
+        problem = devices.interpreter_off_without_gpu()
+        if problem:
+            raise pytest.UsageError(problem)
+        if config.stash[_ACTIVE_KEY]:
+            profiles.keep_out_of_working_folder()
 
         kernel_hooks.attach()
     from flashcheck import isolation

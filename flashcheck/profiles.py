@@ -93,3 +93,23 @@ def default_quick_first(profile: str) -> int:
 def default_timeout(profile: str) -> float:
     """The per-test timeout of a tier (unknown profiles, e.g. a user's own, get dev's)."""
     return TIMEOUTS.get(profile, TIMEOUTS["dev"])
+
+
+#: Hypothesis's folder (its examples database, its cache of constants) for runs of a user's kernel.
+STORAGE_ENV = "HYPOTHESIS_STORAGE_DIRECTORY"
+
+
+def keep_out_of_working_folder() -> None:
+    """Hypothesis keeps its folder in the working folder (`.hypothesis/`, written by every run, the
+    database=None tiers too): a check of a user's kernel puts it in the user's cache instead,
+    $XDG_CACHE_HOME/flashcheck/hypothesis, unless $HYPOTHESIS_STORAGE_DIRECTORY names one. Set in
+    the environment too: xdist workers and supervised children inherit it."""
+    if os.environ.get(STORAGE_ENV):
+        return
+    from pathlib import Path
+
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flashcheck" / "hypothesis"
+    os.environ[STORAGE_ENV] = str(home)
+    set_hypothesis_home_dir(home)

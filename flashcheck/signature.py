@@ -90,8 +90,14 @@ def contradictions(acc: Accepted | None, family: str, declared: Mapping[str, Any
         elif not _declared_false(value):
             out.append(f"{origin}: {key}={value!r} declares `{keyword}=`, but {acc.text} takes no `{keyword}` "
                        f"keyword (declare {key}=false, or add the keyword)")
+    from flashcheck.external import configs
+
     for kind in ("configs", "tunings"):
-        for cfg in declared.get(kind) or ():
+        try:
+            entries = configs(declared.get(kind) or ())
+        except ValueError:
+            continue  # malformed: apply_capabilities names it
+        for cfg in entries:
             lacking = sorted(k for k in dict(cfg) if not acc.takes(k))
             if lacking:
                 out.append(f"{origin}: {kind} entry {dict(cfg)!r} passes {', '.join(lacking)}, which {acc.text} "

@@ -42,8 +42,25 @@ def _timeout_given(config: pytest.Config) -> bool:
             or bool(config.getini("timeout")))
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-timeout reads its settings in its own pytest_configure
+def _check_profile(config: pytest.Config) -> None:
+    """An unknown --hypothesis-profile is a usage error, before Hypothesis's own plugin meets it as
+    an INTERNALERROR (flashcheck's tiers and any a conftest registered are known by now)."""
+    name = config.getoption("hypothesis_profile", default=None)
+    if not name:
+        return
+    from hypothesis import settings
+    from hypothesis.errors import InvalidArgument
+
+    try:
+        settings.get_profile(name)
+    except InvalidArgument:
+        raise pytest.UsageError(f"--hypothesis-profile {name!r}: no such profile (flashcheck's tiers: "
+                                f"{', '.join(profiles.PROFILES)}; or one your conftest registers)") from None
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-timeout and Hypothesis read their settings in theirs
 def pytest_configure(config: pytest.Config) -> None:
+    _check_profile(config)
     for name, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
     if not config.pluginmanager.hasplugin("timeout"):

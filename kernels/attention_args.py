@@ -182,6 +182,10 @@ def _check_cu(name: str, cu, batch: int | None, total: int, max_seqlen, max_name
     if not _is_int(max_seqlen) or max_seqlen < 0:
         raise TypeError(f"{max_name} must be an int >= 0, got {max_seqlen!r}")
     longest = int(steps.max()) if steps.size else 0
+    # FlashAttention's contract: at least the longest sequence (the launch covers it). It sizes the
+    # grid, so past the packed length it only launches idle programs: 2^31 - 1 on 10 tokens hung.
     if max_seqlen < longest:
         raise ValueError(f"{max_name}={max_seqlen} is below the longest sequence ({longest})")
+    if max_seqlen > total:
+        raise ValueError(f"{max_name}={max_seqlen} exceeds the packed length {total}: no sequence can be that long")
     return vals

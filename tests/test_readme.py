@@ -128,4 +128,7 @@ def test_readme_command_as_written(cmd: str, tmp_path: Path) -> None:
     assert shutil.which(cmd.split()[0], path=env["PATH"]), f"{cmd.split()[0]} is not installed beside {sys.executable}"
     p = subprocess.run(["bash", "-c", cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
                        check=False)
-    assert p.returncode == _expected_status(cmd), f"{cmd}\nexit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-2000:]}"
+    expected = _expected_status(cmd)
+    if SAMPLE_ENV in env and expected == 0:
+        expected = 5  # a passing sample is not a verdict (flashcheck.exitcodes.NOTHING_CHECKED)
+    assert p.returncode == expected, f"{cmd}\nexit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-2000:]}"
