@@ -60,6 +60,8 @@ class Progress:
             print(text, flush=True)
             return
         tr.ensure_newline()
+        if getattr(getattr(tr, "_tw", None), "width_of_current_line", 0):  # xdist's letters: not tracked
+            tr.write("\n")
         tr.write_line(text)
         tr.flush()
 
