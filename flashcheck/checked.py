@@ -30,24 +30,36 @@ class CheckedTally:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.tests = self.tests_checked = self.examples = self.calls = self.skipped = 0
+        self.refusals: list[dict[str, Any]] = []  # flashcheck.refusals' records, every worker's
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Any:
-        from flashcheck import faults, properties
+        from flashcheck import faults, properties, refusals
 
         examples, calls = properties.EXAMPLES[0], faults.CALLS[0]
+        refusals.begin(item.nodeid)
+        refused: dict[str, Any] = {}
         try:
-            return (yield)
+            out = yield
+            refused = refusals.take(item.nodeid)
+            if refused and refused["checked"] <= 0:  # every example it drew was refused
+                raise pytest.skip.Exception(refusals.skip_reason(refused["records"]))
+            return out
         except Exception as e:
             from hypothesis.errors import Unsatisfiable
 
+            refused = refused or refusals.take(item.nodeid)
             spec = _spec_of(item)
+            if isinstance(e, Unsatisfiable) and refused:
+                raise pytest.skip.Exception(refusals.skip_reason(refused["records"])) from None
             if isinstance(e, Unsatisfiable) and spec is not None:
                 raise pytest.skip.Exception(nothing_to_draw(spec)) from None
             raise
         finally:
-            item.user_properties.append(
-                (_KEY, {"examples": properties.EXAMPLES[0] - examples, "calls": faults.CALLS[0] - calls}))
+            refused = refused or refusals.take(item.nodeid)
+            item.user_properties.append((_KEY, {
+                "examples": properties.EXAMPLES[0] - examples - refused.get("refused", 0),
+                "calls": faults.CALLS[0] - calls - refused.get("calls", 0), "refusals": refused.get("records", [])}))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):
@@ -59,6 +71,7 @@ class CheckedTally:
                 self.examples += value["examples"]
                 self.calls += value["calls"]
                 self.tests_checked += bool(value["calls"])
+                self.refusals += value.get("refusals", [])
 
     def _verdict_here(self) -> bool:
         """Only the process that reports (not an xdist worker), and only for the whole run: a child
@@ -75,6 +88,10 @@ class CheckedTally:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self._verdict_here() or not self.tests:
             return
+        from flashcheck.refusals import summary_lines
+
+        for line in summary_lines(self.refusals):
+            terminalreporter.write_line(line, yellow=True)
         if not self.calls:
             # (a bad fixture's test fails before any call: "every one skipped" would hide it)
             why = "every one skipped; -rs lists why" if self.skipped == self.tests else \

@@ -11,6 +11,11 @@ passed on: `-n auto`, `-k`, `-x`, `--hypothesis-profile`), writes fixtures of sh
 ./flashcheck-regressions/ (`--fixture-dir` to change it) and replays the ones already there.
 `check`, `replay` and `report` run kernels in a supervised child (`flashcheck.isolation`): a kernel
 that exits, crashes, hangs or kills the CUDA context is one named failure, and the run goes on.
+A kernel that cleanly refuses a feature it never declared (ValueError & co. from its own code,
+before launching) has those examples skipped, with one summary line per feature naming the
+declaration that skips it (flashcheck.refusals). Writing to a file or pipe, `check` prints
+progress as tests end and each failure at once; SIGTERM or Ctrl-C prints the partial summary
+and exits 1 (a test failed) or 130 (flashcheck.progress).
 """
 # The exit-status table (flashcheck.exitcodes) is appended to this docstring below, for --help.
 from __future__ import annotations
@@ -39,7 +44,12 @@ class _CheckParser(exitcodes.ArgumentParser):
             "  --kernel-dtypes fp16,bf16  --kernel-min-n N  --kernel-max-n N  --kernel-sizes N,N\n"
             "  --kernel-cap KEY=VALUE (repeatable), --fixture-dir DIR, --no-save-fixtures,\n"
             "  -n auto, -x, -k EXPR, --hypothesis-profile NAME, --quick-first N (every test first\n"
-            "  with N examples: an early first failure; 12 in the gpu tier, 0 turns it off).\nCapability keys:\n"
+            "  with N examples: an early first failure; 12 in the gpu tier, 0 turns it off).\n"
+            "To a file or pipe (a CI log) it prints progress at most every $FLASHCHECK_PROGRESS s (10; 0: off) and\n"
+            "each failure at once; SIGTERM or Ctrl-C prints the partial summary, then exits 1 or 130.\n"
+            "A feature the kernel never declared and cleanly refuses (ValueError, NotImplementedError,\n"
+            "TypeError, AssertionError from its own code, before launching) is skipped, one line per\n"
+            "feature at the end naming the declaration that skips it and the one that fails it.\nCapability keys:\n"
             + "\n".join(f"  {k:16s} {v[3]}" for k, v in CAPABILITIES.items()) + "\n\n" + exitcodes.TABLE)
         return super().format_help()
 
@@ -79,10 +89,14 @@ def _check(argv: Sequence[str]) -> int:
     # its tests are neither "not run" nor "nothing checked").
     if any(a in ("--pdb", "--trace", *LISTINGS) for a in rest):
         return exitcodes.from_pytest(int(pytest.main(args)))
-    from flashcheck import isolation
+    from flashcheck import isolation, progress
 
     sup = isolation.Supervisor(_python("-m", "pytest", *args), unit="tests", translate=exitcodes.from_pytest)
-    rc = sup.run()
+    try:
+        with progress.stoppable():
+            rc = sup.run()
+    except KeyboardInterrupt as e:  # SIGTERM (a CI timeout) or Ctrl-C: the partial summary, then 1 or 130
+        return progress.stop(sup, terminated=isinstance(e, progress.Stopped))
     if rc == exitcodes.INTERNAL:
         print("flashcheck check: pytest could not run the suite (see its errors above): a flashcheck "
               "or environment problem, not a verdict on the kernel", file=sys.stderr)

@@ -9,6 +9,8 @@
        error and the file its traceback was written to ($FLASHCHECK_TRACEBACK=1 prints it instead)
     5  nothing was checked: every test was skipped or deselected, no input was drawn, no fixture
        was for the kernel (never green; 5 as pytest's "no tests collected")
+  130  interrupted (Ctrl-C; SIGTERM for `check`, which first prints the partial summary) with no
+       failure so far (a failure so far: 1)
 
 When several apply, the worst wins: 3, then 1, then 2, then 5, then 0.
 """

@@ -454,6 +454,9 @@ def load_kernel(target: str, family: str | None = None, *, overrides: Mapping[st
     kwargs = apply_capabilities(kwargs, overrides or {}, family, COMMAND_LINE)
     stem = Path(where).stem if is_file else where.rsplit(".", 1)[-1]
     kwargs["extra"] = {**kwargs.get("extra", {}), **keys}
+    # Left open by the dict, the flags and the signature: assumed supported, so a clean refusal of
+    # one is a skip naming it (flashcheck.refusals); a KernelSpec spells out all of its fields.
+    kwargs["extra"]["assumed"] = sorted(set(CAPABILITIES) - set(kwargs["extra"].get("declared") or ()))
     if acc is not None:
         kwargs["extra"]["signature"] = {"text": acc.text, "accepts_any": acc.keywords is None,
                                         "absent": sorted(implied)}

@@ -355,7 +355,7 @@ class Supervisor:
         while True:
             events = read_journal(self.dir)
             (self.dir / "exclude.json").write_text(json.dumps(self._exclusions(events)))
-            proc = subprocess.Popen(self.cmd, env=self._env())
+            self.proc = proc = subprocess.Popen(self.cmd, env=self._env())  # (a stop signal ends it)
             stop = threading.Event()
             watcher = threading.Thread(target=self._watch, args=(proc, stop), daemon=True)
             watcher.start()

@@ -113,21 +113,27 @@ def feature_hint(spec: Any, tensors: dict[str, torch.Tensor]) -> str | None:
             + " and ".join(f"declare `{key}={val}` ({flag(key, val)})" for _, key, val in used))
 
 
-def _raised_in_kernel(exc: BaseException, spec: Any) -> bool:
-    """Whether the traceback passes through the kernel's own file (not only the tool's oracle)."""
+def kernel_frames(exc: BaseException, spec: Any) -> list[str]:
+    """The files of the traceback's frames from the first in the kernel's own file on (empty: the
+    exception never passed through it, e.g. the tool's oracle raised)."""
     import inspect
 
     fn = inspect.unwrap(spec.fn)
     try:
         home = inspect.getsourcefile(fn)
     except TypeError:
-        return False
-    tb = exc.__traceback__
+        return []
+    files, tb = [], exc.__traceback__
     while tb is not None:
-        if tb.tb_frame.f_code.co_filename == home:
-            return True
+        if files or tb.tb_frame.f_code.co_filename == home:
+            files.append(tb.tb_frame.f_code.co_filename)
         tb = tb.tb_next
-    return False
+    return files
+
+
+def _raised_in_kernel(exc: BaseException, spec: Any) -> bool:
+    """Whether the traceback passes through the kernel's own file (not only the tool's oracle)."""
+    return bool(kernel_frames(exc, spec))
 
 
 @contextmanager

@@ -181,9 +181,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
         pytest_isolation.register(config)
     if config.stash[_ACTIVE_KEY]:
-        from flashcheck import checked  # how much was checked; nothing checked is not green
+        from flashcheck import checked, progress  # how much was checked; nothing checked is not green
 
         checked.register(config)
+        progress.register(config)  # a line as tests end, when the output is a CI log
     if not target:
         if _overrides(config):
             raise pytest.UsageError("--kernel-dtypes/--kernel-max-n/--kernel-cap declare a kernel's "

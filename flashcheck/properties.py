@@ -80,19 +80,23 @@ def check(spec: KernelSpec, name: str, case: Case, *, save: bool = True) -> None
     except KeyError:
         raise KeyError(f"no {spec.family} property named {name!r}; known: "
                        f"{sorted(n for f, n in PROPERTIES if f == spec.family)}") from None
-    from flashcheck import isolation, limits
+    from flashcheck import faults, isolation, limits, refusals
     from flashcheck.faults import GpuFault
 
     _count_example(case)
     host = _host_case(case)  # after a GPU fault the device copy cannot be read back
     isolation.note_input(spec, name, host)
     drawn = _as_drawn(case) if save else case
+    calls = faults.CALLS[0]
     try:
         with limits.diagnosed(spec, case.tensors):  # a device or launch limit is named as one
             prop_fn(spec, case)
     except GpuFault as exc:
         raise _fault(spec, name, host, exc) from exc
     except Exception as exc:
+        refused = refusals.classify(spec, case, exc, faults.CALLS[0] - calls) if refusals.in_pytest() else None
+        if refused is not None:  # an undeclared feature refused cleanly: not a failure (rejected or skipped)
+            refusals.refuse(refused, faults.CALLS[0] - calls)
         if save:
             _save_if_final(spec, name, drawn, exc)
         raise
@@ -202,11 +206,15 @@ def check_all(spec: KernelSpec, names: Sequence[str], case: Case) -> None:
     property that failed. The shrunk case is saved once, as a fixture of the first failing
     property (replaying it re-checks that property).
     """
+    from hypothesis.errors import UnsatisfiedAssumption
+
     failures: list[tuple[str, BaseException]] = []
     drawn = _as_drawn(case)
     for name in names:
         try:
             check(spec, name, case, save=False)
+        except UnsatisfiedAssumption:
+            raise  # a refused undeclared feature (flashcheck.refusals): the example is left, not failed
         except Exception as exc:  # a property's verdict, or the kernel raising on this input
             failures.append((name, exc))
             if not isinstance(exc, AssertionError) or isinstance(exc, KernelFault):

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 # Imported in registration order (the registry lists properties as they were registered).
 from flashcheck import properties_attention_core, properties_attention_metamorphic  # noqa: F401
-from flashcheck.properties_attention_inputs import bad_variants, bad_varlen_variants, fit_to_declarations
+from flashcheck.properties_attention_inputs import (
+    bad_variants, bad_varlen_variants, fit_to_declarations, refusable,
+)
 from flashcheck.properties_attention_outcome import (
     FAMILY, ORACLE_KEYS, Outcome, Specials, blocking, describe, fp32_dot, kernel_call, outcome, specials, visible,
 )
@@ -31,4 +33,4 @@ VARLEN_PROPERTIES = ("varlen_sequences_isolated",)
 
 __all__ = ["CORE_PROPERTIES", "METAMORPHIC_PROPERTIES", "VARLEN_PROPERTIES", "FAMILY", "ORACLE_KEYS", "Outcome",
            "Specials", "bad_variants", "bad_varlen_variants", "blocking", "describe", "fit_to_declarations",
-           "fp32_dot", "kernel_call", "outcome", "specials", "visible"]
+           "fp32_dot", "kernel_call", "outcome", "refusable", "specials", "visible"]

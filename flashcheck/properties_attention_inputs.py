@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from flashcheck import signature
+from flashcheck import refusals, signature
 from flashcheck.properties import prop
 from flashcheck.strategies.case import Case
 from flashcheck.limits import within_declared_numel
@@ -122,6 +122,31 @@ def _features_used(case: Case) -> set[str]:
     used = {f for f in ("attn_mask", "window", "softcap", "splits")
             if not signature.asks_nothing(keyword[f], kw.get(keyword[f]))}
     return used | {f for f, on in (("gqa", q.shape[1] != k.shape[1]), ("dv", v.shape[-1] != q.shape[-1])) if on}
+
+
+def refusable(case: Case) -> dict[str, str]:
+    """The optional features a dense case uses, by the capability key that declares each, with what
+    it was (a clean refusal of one the kernel left undeclared is a skip: flashcheck.refusals)."""
+    if is_varlen(case):
+        return {}  # varlen is declared through varlen_fn: never assumed
+    q, k, v, kw = case_inputs(case)
+    m, n, d = q.shape[2], k.shape[2], q.shape[3]
+    used = _features_used(case)
+    out = {f: what for f, what in (
+        ("gqa", f"grouped heads (Hq={q.shape[1]}, Hkv={k.shape[1]})"), ("dv", f"a v head dim of its own "
+                                                                           f"(D={d}, Dv={v.shape[-1]})"),
+        ("attn_mask", "an attn_mask"), ("window", f"window={kw.get('window')}"),
+        ("softcap", f"softcap={kw.get('softcap')}"), ("splits", f"num_splits={kw.get('num_splits')}"),
+    ) if f in used}
+    for key, on, what in (("square_only", m != n, f"M != N (M={m}, N={n})"),
+                          ("causal", bool(kw.get("causal")), "causal=True"),
+                          ("kv_lens", "kv_lens" in case.tensors, "kv_lens"),
+                          ("custom_scale", kw.get("scale") is not None, f"scale={kw.get('scale')}"),
+                          ("head_dims", bool(d & (d - 1)) or d > 128, f"head dim {d}"),
+                          ("max_n", n > refusals.LONG, f"{n} keys")):
+        if on:
+            out[key] = what
+    return out
 
 
 def fit_to_declarations(spec: KernelSpec, case: Case) -> Case | None:

@@ -437,3 +437,12 @@ def fit_to_declarations(spec: KernelSpec, case: Case) -> Case | None:
     declared max_numel; else None (the suite rejects it: flashcheck.fit.fitted)."""
     ok = case.tensors["x"].shape[-1] >= spec.min_n and within_declared_numel(spec, case.tensors)
     return case if ok else None
+
+
+def refusable(case: Case) -> dict[str, str]:
+    """The optional features a case uses, by the capability key that declares each (a clean refusal
+    of one the kernel left undeclared is a skip: flashcheck.refusals): rows past a plain length."""
+    from flashcheck.refusals import LONG
+
+    n = case.tensors["x"].shape[-1]
+    return {"max_n": f"rows of {n}"} if n > LONG else {}

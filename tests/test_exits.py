@@ -90,10 +90,11 @@ def test_worst_wins_and_pytest_maps() -> None:
 
 
 def test_the_table_is_documented_everywhere(capsys: pytest.CaptureFixture) -> None:
-    codes = {exitcodes.OK, exitcodes.FAILED, exitcodes.USAGE, exitcodes.INTERNAL, exitcodes.NOTHING_CHECKED}
+    codes = {exitcodes.OK, exitcodes.FAILED, exitcodes.USAGE, exitcodes.INTERNAL, exitcodes.NOTHING_CHECKED,
+             exitcodes.INTERRUPTED}
     readme = (ROOT / "README.md").read_text().split("## Exit status", 1)[1].split("\n## ", 1)[0]
-    assert {int(c) for c in re.findall(r"^\| (\d) \|", readme, re.M)} == codes
-    assert {int(c) for c in re.findall(r"^    (\d)  ", exitcodes.TABLE, re.M)} == codes
+    assert {int(c) for c in re.findall(r"^\| (\d+) \|", readme, re.M)} == codes
+    assert {int(c) for c in re.findall(r"^ +(\d+)  ", exitcodes.TABLE, re.M)} == codes
     assert flashcheck(["--help"]) == 0
     for argv in (["check", "--help"], ["replay", "--help"], ["report", "--help"]):
         assert flashcheck(argv) == 0
