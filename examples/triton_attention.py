@@ -19,13 +19,14 @@ def _attn_fwd(Q, K, V, O, LENS, sm_scale,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
+    # 64-bit offsets: a view of more than 2^31 elements (the suite's GPU tests make them) wraps in 32.
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
     hk = h // GROUP
     n_keys = N
     if HAS_LENS:
         n_keys = tl.minimum(tl.load(LENS + b).to(tl.int32), N)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
     q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
@@ -37,7 +38,7 @@ def _attn_fwd(Q, K, V, O, LENS, sm_scale,
     if CAUSAL:
         hi = tl.minimum(hi, (pid_m + 1) * BLOCK_M)
     for start in range(0, hi, BLOCK_N):
-        offs_n = start + tl.arange(0, BLOCK_N)
+        offs_n = (start + tl.arange(0, BLOCK_N)).to(tl.int64)
         k = tl.load(K + b * skb + hk * skh + offs_n[None, :] * skn + offs_d[:, None] * skd,
                     mask=(offs_n[None, :] < n_keys) & (offs_d[:, None] < D), other=0.0)
         if IEEE:

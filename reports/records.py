@@ -16,64 +16,21 @@ otherwise. A record that runs no kernel says `none` and cannot go stale through 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 from flashcheck import HOME
+from flashcheck.records import (  # noqa: F401  (the index reads records through these names too)
+    FIELDS, MAX_LINES, _digest, _git, head_digest, header, kernels_digest, short_commit,
+)
 
-FIELDS = ("what", "device", "date", "commit", "kernels digest", "command")
-MAX_LINES = 200
 REPORTS = Path(__file__).resolve().parent
 INDEX = REPORTS / "README.md"
 _DIGEST = re.compile(r"`([0-9a-f]{16})`")
 _SECTIONS = re.compile(r"`([0-9a-f]{16})`(?: \(([^)]*)\))?")
 _FIELD = re.compile(r"^- (?P<k>[a-z ]+): (?P<v>.*)$")
-
-
-def _digest(files: list[tuple[str, bytes]]) -> str:
-    h = hashlib.sha256()
-    for name, data in sorted(files):
-        h.update(name.encode() + b"\0" + data + b"\0")
-    return h.hexdigest()[:16]
-
-
-def kernels_digest(commit: str | None = None) -> str:
-    """sha256 over kernels/*.py (names and bytes): which kernels a record was made at. `commit`:
-    git's copy at that commit instead of the working tree."""
-    if commit is None:
-        return _digest([(p.name, p.read_bytes()) for p in (HOME / "kernels").glob("*.py")])
-    names = _git("ls-tree", "--name-only", commit, "kernels/").decode().split()
-    return _digest([(Path(n).name, _git("show", f"{commit}:{n}")) for n in names if n.endswith(".py")])
-
-
-def _git(*args: str) -> bytes:
-    return subprocess.run(["git", *args], cwd=HOME, capture_output=True, check=True).stdout
-
-
-def head_digest() -> str:
-    """The digest of kernels/ as committed (what the index is about), or the working tree's where
-    there is no git checkout (an installed copy)."""
-    try:
-        return kernels_digest("HEAD")
-    except (OSError, subprocess.CalledProcessError):
-        return kernels_digest()
-
-
-def short_commit() -> str:
-    try:
-        return _git("rev-parse", "--short", "HEAD").decode().strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def header(title: str, *, what: str, device: str, date: str, commit: str, digest: str, command: str,
-           note: str = "") -> list[str]:
-    """A record's first lines. `digest`: the kernels digest as Markdown (backticked), or `none`."""
-    vals = dict(zip(FIELDS, (what, device, date, commit, digest, f"`{command}`")))
-    return [f"# {title}", "", *[f"- {k}: {vals[k]}" for k in FIELDS], *(["", note] if note else []), ""]
 
 
 # ---- records made of sections (the bench records) ---------------------------------------------------

@@ -53,7 +53,7 @@ def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triag
                 store: str = "reports/mutants_store.json", commit: str | None = None) -> str:
     """The record (reports/records.py's shape). The store's results count only for mutants of the
     kernels/ it is given (a mutant's key is its source), so the digest is of today's kernels/."""
-    from flashcheck.reports.records import header, kernels_digest
+    from flashcheck.records import header, kernels_digest
 
     triage = for_device(triage, compiled=compiled)
     runs_log = store.removesuffix(".json") + "_runs.json"  # runner.runs_file's name
