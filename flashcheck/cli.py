@@ -91,7 +91,8 @@ def _check(argv: Sequence[str]) -> int:
         return exitcodes.from_pytest(int(pytest.main(args)))
     from flashcheck import isolation, progress
 
-    sup = isolation.Supervisor(_python("-m", "pytest", *args), unit="tests", translate=exitcodes.from_pytest)
+    sup = isolation.Supervisor(_python("-m", "pytest", *args), unit="tests", translate=exitcodes.from_pytest,
+                               caller_interrupts=True)
     try:
         with progress.stoppable():
             rc = sup.run()

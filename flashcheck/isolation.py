@@ -310,8 +310,11 @@ class Supervisor:
     def __init__(self, cmd: list[str], *, unit: str = "tests", rerun_all: bool = False,
                  grace: float = GRACE, max_restarts: int = MAX_RESTARTS,
                  words: tuple[str, str] = ("passed", "failed"),
-                 translate: Callable[[int], int] | None = None) -> None:
+                 translate: Callable[[int], int] | None = None, caller_interrupts: bool = False) -> None:
         self.cmd, self.unit, self.rerun_all, self.words = cmd, unit, rerun_all, words
+        # Ctrl-C (or the caller's SIGTERM turned into it) goes to a caller that summarises the partial
+        # run from the journal (`flashcheck check`: flashcheck.progress.stop); else it ends here.
+        self.caller_interrupts = caller_interrupts
         # A child's exit status in flashcheck's contract (`exitcodes`): pytest's own for `check`.
         self.translate = translate or _contract
         self.result: dict[str, Any] = {}  # the tally of the finished run
@@ -363,6 +366,8 @@ class Supervisor:
                 status = proc.wait()
             except KeyboardInterrupt:
                 stop.set()
+                if self.caller_interrupts:
+                    raise
                 return self._interrupted(proc)
             except BaseException:  # the child must not go on printing after this returns
                 _stop_child(proc)

@@ -3,7 +3,7 @@
 A CI log is a file: Python buffers what pytest writes to it, so a `flashcheck check` killed by the
 job's timeout used to leave an empty log. In a kernel run whose stdout is not a terminal, the
 pytest process that reports (the supervised child, or xdist's controller) prints, flushed, a line
-`flashcheck: N/M tests done (F failed, S s)` at most every $FLASHCHECK_PROGRESS seconds (default
+`flashcheck: N/M tests done (F failures, S s)` at most every $FLASHCHECK_PROGRESS seconds (default
 10; 0 turns it off) and when the last test ends, and each failure the moment it is reported, with
 its test id.
 
@@ -77,7 +77,7 @@ class Progress:
         elif report.when == "teardown" and (now - self.last >= self.every or self.done == self.total):
             self.last = now
             self._line(f"flashcheck: {self.before + self.done}/{self.before + self.total} tests done "
-                       f"({self.failed} failed, {now - self.t0:.0f} s)")
+                       f"({self.failed} failures, {now - self.t0:.0f} s)")
 
 
 def register(config: pytest.Config) -> None:

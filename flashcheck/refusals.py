@@ -100,10 +100,13 @@ def classify(spec: Any, case: Any, exc: BaseException, calls: int) -> dict[str, 
         assumed.discard("head_dims")
     # Every feature it uses must be assumed: with one declared supported among them, the refusal
     # may be of that one, and a declared feature refused is the kernel's failure.
-    if not used or any(k not in assumed for k in used):
+    message = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
+    if not used:  # a plain input refused: the same message elsewhere is no feature's refusal either
+        _state(_test_id())["records"].append({"features": [], "message": message, "n": 0, "test": _test_id()})
+        return None
+    if any(k not in assumed for k in used):
         return None
     features = used
-    message = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
     length = case.tensors[get(spec.family).length_input].shape[get(spec.family).length_axis]
     return {"features": sorted(features), "what": ", ".join(features.values()), "message": message,
             "n": int(length)}
@@ -141,7 +144,7 @@ def in_pytest() -> bool:
 
 
 def skip_reason(records: list[dict[str, Any]]) -> str:
-    r = records[0]
+    r = next(r for r in records if r["features"])
     return (f"refused {'+'.join(r['features'])}: the kernel raised {r['message']} on {r['what']} "
             f"(undeclared, so assumed supported; the run's summary says what to declare)")
 
@@ -162,6 +165,8 @@ def summary_lines(records: list[dict[str, Any]]) -> list[str]:
     refused alone, else under the first."""
     from flashcheck.external import flag
 
+    plain = {r["message"] for r in records if not r["features"]}
+    records = [r for r in records if r["features"] and r["message"] not in plain]
     alone = {r["features"][0] for r in records if len(r["features"]) == 1}
     by: dict[str, list[dict[str, Any]]] = {}
     for r in records:

@@ -55,7 +55,7 @@ def _stopped_run(tmp_path: Path, fn: str, wait_for: str) -> tuple[int, str]:
 
 @pytest.mark.slow
 def test_sigterm_after_progress_prints_the_partial_summary_and_exits_130(tmp_path: Path) -> None:
-    rc, out = _stopped_run(tmp_path, "softmax", "tests done (0 failed")
+    rc, out = _stopped_run(tmp_path, "softmax", "tests done (0 failures")
     assert "flashcheck: stopped by SIGTERM before the end (exit 130):" in out, out[-3000:]
     assert "flashcheck: 12 tests: " in out and " 0 failed" in out and "not run: " in out, out[-3000:]
     assert rc == 130, out[-3000:]
