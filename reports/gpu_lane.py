@@ -86,7 +86,7 @@ def run_suite(out: Path, files: list[str], budget: float, workers: str, resume: 
     known = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
     atomic.write_text(out / "durations.json", json.dumps({**known, **(durations_of(log) if log.exists() else {})}, indent=0, sort_keys=True) + "\n")
     rec = {"command": "pytest " + " ".join(cmd[3:]), "rc": rc, "wall_s": round(wall, 1), **tally(*(resume or []), log),
-           "fixtures": found}
+           "fixtures": found, "files": files}
     if resume:  # each part's record already adds up the parts before it
         last = _suite_of(resume[-1])
         rec["parts"] = (last.get("parts") or [last.get("command", "?")]) + [rec["command"]]
@@ -159,6 +159,20 @@ def collect(files: list[str]) -> list[str]:
         raise SystemExit(f"gpu_lane: collecting the suite failed (exit {proc.returncode}): "
                          f"{(proc.stdout + proc.stderr).strip().splitlines()[-1:] or ['no output']}")
     return ids
+
+
+def _resumed_files(resume: list[Path] | None) -> list[str] | None:
+    """The files the resumed parts ran (a lane of `--files flashcheck/suite` resumes as that, not
+    as the whole suite). A record from before `files` was kept: its pytest command's file arguments."""
+    if not resume:
+        return None
+    s = _suite_of(resume[-1])
+    if s.get("files"):
+        return list(s["files"])
+    words = s.get("command", "").split()
+    files = [w for w in words if w.startswith(("tests", "flashcheck/suite")) and "." not in w.rsplit("/", 1)[-1]
+             or w.endswith(".py")]
+    return files or None
 
 
 def _suite_of(log: Path) -> dict:
@@ -399,7 +413,8 @@ def main(argv: list[str] | None = None) -> int:
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "lane_command": "python3 -m flashcheck.reports.gpu_lane " + " ".join(argv or sys.argv[1:])}
         if not a.no_suite:
-            rec["suite"] = run_suite(a.out, a.files or suite_files(), a.suite_budget, a.workers, a.resume)
+            rec["suite"] = run_suite(a.out, a.files or _resumed_files(a.resume) or suite_files(), a.suite_budget,
+                                     a.workers, a.resume)
             print(f"suite: {rec['suite']['passed']} passed, {rec['suite']['failed']} failed, "
                   f"{rec['suite']['skipped']} skipped, {len(rec['suite']['not_run'])} not run, "
                   f"{rec['suite']['wall_s']} s", flush=True)

@@ -151,11 +151,14 @@ def _layout_geometry(layout: str, shape: tuple[int, int, int, int], rng_pad: int
     elif layout == "bshd":  # a (B, S, H, D) buffer seen through .transpose(1, 2)
         strides = (S * H * D, D, H * D, 1)
     elif layout == "padded":  # rows and heads padded, as a slice of a bigger tensor
-        row = D + rng_pad
-        head = S * row + 3
-        batch = H * head + 5
-        if COMPILE_AWARE:  # odd pitches: never a multiple of 16 by coincidence (`COMPILE_AWARE`)
-            row, head, batch = row | 1, head | 1, batch | 1
+        # Odd pitches under COMPILE_AWARE: never a multiple of 16 by coincidence. Each pitch is made
+        # odd before the next is sized from it: bumping them after let a head start inside the last
+        # row of the head before (an aliased view; the GPU's varlen isolation check poisoned one
+        # sequence's key through another's).
+        odd = (lambda x: x | 1) if COMPILE_AWARE else (lambda x: x)
+        row = odd(D + rng_pad)
+        head = odd(S * row + 3)
+        batch = odd(H * head + 5)
         strides = (batch, head, row, 1)
     elif layout == "dstep":  # head dim with stride 2 (every other element)
         strides = (H * S * 2 * D, S * 2 * D, 2 * D, 2)

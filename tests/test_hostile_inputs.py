@@ -22,6 +22,7 @@ import torch
 from flashcheck import SUITE, exitcodes
 from flashcheck import fixtures as fx
 from flashcheck.cli import main as flashcheck
+from flashcheck.kernels import DEVICE
 from flashcheck.selftest import clean_env
 from tests.test_exits import in_process  # noqa: F401  (a fixture: replay in this process)
 
@@ -93,8 +94,8 @@ def test_varlen_max_seqlen_past_the_packed_tokens_is_one_line(which: str, value:
     longest sequence, and no sequence is longer than the tokens given."""
     from flashcheck.kernels.attention import attention_varlen
 
-    q = torch.randn(10, 1, 16)
-    cu = torch.tensor([0, 4, 10], dtype=torch.int32)
+    q = torch.randn(10, 1, 16, device=DEVICE)
+    cu = torch.tensor([0, 4, 10], dtype=torch.int32, device=DEVICE)
     kw = {"max_seqlen_q": 6, "max_seqlen_k": 6, which: value}
     with pytest.raises(ValueError, match=f"{which}={value} exceeds the packed length 10") as e:
         attention_varlen(q, q, q, cu, cu, **kw)

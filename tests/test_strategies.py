@@ -441,3 +441,20 @@ def test_attention_draws_aim_at_declared_head_dims_and_square_shapes() -> None:
         rates[cls] = len(fit) / len(cases)
     # every class reaches the declared shapes (a one-query-row or two-key draw may still miss them)
     assert min(rates.values()) > 0 and sum(rates.values()) / len(rates) >= 0.75, rates
+
+
+@pytest.mark.parametrize("compile_aware", [False, True])
+def test_layouts_never_alias_an_element(compile_aware: bool) -> None:
+    """Every layout `place` builds is a view in which no two elements share memory, with the GPU's
+    odd pitches (COMPILE_AWARE) too: an aliased input is legal for a kernel, but a property that
+    writes one element (varlen isolation poisons a neighbour) then writes another unseen."""
+    from flashcheck.strategies import attention_build as ab
+
+    with mock.patch.object(ab, "COMPILE_AWARE", compile_aware):
+        for layout in ab.LAYOUTS:
+            for shape in [(1, 2, 6, 1), (2, 3, 5, 2), (1, 1, 1, 1), (2, 2, 17, 16), (1, 4, 33, 3)]:
+                for pad in range(1, 10):
+                    strides, off, size = ab._layout_geometry(layout, shape, pad, 1)
+                    idx = np.indices(shape).reshape(len(shape), -1).T @ np.array(strides) + off
+                    assert len(np.unique(idx)) == idx.size, (layout, shape, pad, strides)
+                    assert idx.max() < size, (layout, shape, pad)
