@@ -37,11 +37,3 @@ SUITE: Path = _HERE / "suite"
 #: kernel's author's repository, not flashcheck's).
 LOCAL_FIXTURE_DIR = "flashcheck-regressions"
 
-
-def suite_paths(family: str | None = None) -> list[str]:
-    """The suite's test files for a family (every family when None), replays included."""
-    from flashcheck import families as registry  # the family records (flashcheck/families.py)
-
-    records = [registry.get(family)] if family else list(registry.FAMILY_RECORDS.values())
-    files = sorted({p for f in records for p in f.suite_files()})
-    return files + [str(SUITE / "test_regressions.py")]

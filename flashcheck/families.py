@@ -19,7 +19,13 @@ import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+from flashcheck import SUITE
+
+if TYPE_CHECKING:
+    from flashcheck.kernels.registry import KernelSpec
+    from flashcheck.strategies.case import Case
 
 
 @dataclass(frozen=True)
@@ -27,7 +33,7 @@ class Family:
     name: str
     #: strategies module: `CLASS_RECORDS` (strategies/records.py StrategyClass rows) and `CLASSES`
     strategies: str
-    #: properties module: registers the family's properties (`flashcheck.properties.prop`) on import
+    #: properties module: registers the family's properties (`flashcheck.properties.runner.prop`) on import
     properties: str
     #: names of the property-name tuples in `properties` (the sets the suite checks together)
     property_sets: tuple[str, ...]
@@ -50,6 +56,11 @@ class Family:
             raise KeyError(f"family {self.name} has no {part} module")
         return importlib.import_module(name)
 
+    def hook(self, name: str) -> Callable[..., Any]:
+        """What the engine asks a family, from its properties module, or the default when the family
+        has nothing of its own to say (`HOOKS`: every name and its default)."""
+        return getattr(self.module("properties"), name, None) or HOOKS[name]
+
     def function(self, part: str) -> Callable[..., Any]:
         """Resolve "oracle" or "bound" ("module:function") to the function."""
         mod, _, fn = getattr(self, part).partition(":")
@@ -64,18 +75,30 @@ class Family:
         return tuple(dict.fromkeys(n for s in self.property_sets for n in getattr(mod, s)))
 
     def suite_files(self) -> list[str]:
-        from flashcheck import SUITE
-
         folder = Path(self.suite_dir) if self.suite_dir else SUITE
         return sorted(str(p) for p in folder.glob(f"test_{self.name}*.py"))
 
 
+#: What the engine asks a family's properties module besides its properties, each with the default
+#: a family without one gets: sizes a limit message names besides n and the element count
+#: (`limit_sizes(tensors)`), the declaration that skips an input past a resource limit
+#: (`resource_declaration(size, resource, declare)`), the features an input that raised used
+#: (`feature_hint(spec, tensors, size, flag)`), and the run header's notes
+#: (`capability_notes(spec) -> (declared limits, tests not run)`).
+HOOKS: dict[str, Callable[..., Any]] = {
+    "limit_sizes": lambda tensors: {},
+    "resource_declaration": lambda size, resource, declare: None,
+    "feature_hint": lambda spec, tensors, size, flag: None,
+    "capability_notes": lambda spec: ([], []),
+}
+
+
 FAMILY_RECORDS: dict[str, Family] = {f.name: f for f in (
-    Family("softmax", strategies="flashcheck.strategies.softmax", properties="flashcheck.properties_softmax",
+    Family("softmax", strategies="flashcheck.strategies.softmax", properties="flashcheck.properties.softmax",
            property_sets=("CORE_PROPERTIES", "META_PROPERTIES"), report="flashcheck.reports.softmax",
            oracle="flashcheck.oracles.softmax:softmax_oracle", bound="flashcheck.oracles.bounds:softmax_ulp_bound",
            length_input="x", length_axis=-1),
-    Family("attention", strategies="flashcheck.strategies.attention", properties="flashcheck.properties_attention",
+    Family("attention", strategies="flashcheck.strategies.attention", properties="flashcheck.properties.attention",
            property_sets=("CORE_PROPERTIES", "METAMORPHIC_PROPERTIES", "VARLEN_PROPERTIES"),
            report="flashcheck.reports.attention", oracle="flashcheck.oracles.attention:attention_oracle",
            bound="flashcheck.oracles.bounds:attention_error_bound", length_input="k", length_axis=-2),
@@ -93,3 +116,61 @@ def get(name: str) -> Family:
         return FAMILY_RECORDS[name]
     except KeyError:
         raise KeyError(f"no family {name!r}; registered: {', '.join(FAMILY_RECORDS)}") from None
+
+
+def suite_paths(family: str | None = None) -> list[str]:
+    """The suite's test files for a family (every family when None), replays included."""
+    records = [get(family)] if family else list(FAMILY_RECORDS.values())
+    files = sorted({p for f in records for p in f.suite_files()})
+    return files + [str(SUITE / "test_regressions.py")]
+
+
+# ---- the properties each family registers ---------------------------------------------------------
+# Here, below everything that reads them (fixtures name a property; the runner runs it): a property
+# module registers itself on import (`load_properties`).
+
+Property = Callable[["KernelSpec", "Case"], None]
+PROPERTIES: dict[tuple[str, str], Property] = {}
+
+
+def prop(family: str, name: str) -> Callable[[Property], Property]:
+    """Register a property of a family under a stable name (fixtures refer to it)."""
+
+    def deco(fn: Property) -> Property:
+        key = (family, name)
+        if key in PROPERTIES and PROPERTIES[key] is not fn:
+            raise ValueError(f"property {family}/{name} registered twice")
+        PROPERTIES[key] = fn
+        return fn
+
+    return deco
+
+
+Margin = Callable[["KernelSpec", "Case"], float]
+# (family, property) -> the worst measured error over its bound on a case (after the property ran)
+MARGINS: dict[tuple[str, str], Margin] = {}
+
+
+def margin(family: str, name: str) -> Callable[[Margin], Margin]:
+    """Register how to read the worst err/bound of property `name` on a case: `check` feeds it to
+    `hypothesis.target`, so a search (the soak profile) climbs towards the edge of the bound."""
+
+    def deco(fn: Margin) -> Margin:
+        MARGINS[(family, name)] = fn
+        return fn
+
+    return deco
+
+
+
+
+def load_properties() -> None:
+    """Import every family's properties (they register themselves with `prop`)."""
+    import importlib
+
+    for module in (f.properties for f in FAMILY_RECORDS.values()):
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name != module:
+                raise

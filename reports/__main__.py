@@ -10,6 +10,6 @@ from .cli import main
 __all__ = ["main"]
 
 if __name__ == "__main__":
-    from flashcheck.cli import main as flashcheck
+    from flashcheck.cli.main import main as flashcheck
 
     raise SystemExit(flashcheck(["report", *sys.argv[1:]]))

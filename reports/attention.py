@@ -20,8 +20,8 @@ import torch
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.oracles.attention import AttentionOracle, attention_oracle, compare_attention
 from flashcheck.oracles.formats import Format, ulp_of
-from flashcheck.properties_attention import blocking, fp32_dot
-from flashcheck.sdpa import sdpa_backends, sdpa_error_ratio, sdpa_output
+from flashcheck.properties.attention import blocking, fp32_dot
+from flashcheck.properties.attention.sdpa import sdpa_backends, sdpa_error_ratio, sdpa_output
 from flashcheck.strategies.attention import CLASSES, case_inputs, is_varlen, varlen_inputs, varlen_sequences
 from flashcheck.strategies.case import Case
 

@@ -206,7 +206,7 @@ def _jsonable(v: Any) -> Any:
 
 
 def parser() -> argparse.ArgumentParser:
-    from flashcheck.isolation import DEFAULT_TASK_TIMEOUT
+    from flashcheck.isolation.journal import DEFAULT_TASK_TIMEOUT
 
     p = exitcodes.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0].split(": ", 1)[-1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -304,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if isinstance(args, int):
         return args
     if args.timeout is not None:  # for reports/run.py's kernel calls (the supervisor kills past it)
-        from flashcheck.isolation import TIMEOUT_ENV
+        from flashcheck.isolation.journal import TIMEOUT_ENV
 
         os.environ[TIMEOUT_ENV] = str(args.timeout)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -312,7 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # its RuntimeWarnings are expected noise here, not findings.
     warnings.filterwarnings("ignore", category=RuntimeWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
-    from flashcheck.external import KernelLoadError, load_kernel
+    from flashcheck.targets.external import KernelLoadError, load_kernel
     from flashcheck.kernels import INTERPRET
     from flashcheck.kernels.registry import REGISTRY
 

@@ -6,7 +6,7 @@ compute-sanitizer, and the record `reports/gpu_run.md`.
                                           [--soak S [--soak-seed N]]
     python3 -m flashcheck.reports.gpu_lane --merge SUITE_DIR SWEEP_DIR --out DIR   # one record of both
 
-Each test's outcome is appended to DIR/results.jsonl as it happens (`flashcheck.results_log`), so
+Each test's outcome is appended to DIR/results.jsonl as it happens (`flashcheck.plugin.results_log`), so
 a run killed at its limit still tells what failed and what never ran, and the fixtures its failures
 saved are copied to DIR/fixtures (the device's checkout does not come back); `--resume` runs only what
 earlier parts left (unrun or failed) and adds them up, for a suite that does not fit one call. The sweep (`memcheck_sweep`) runs in shards
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from flashcheck import HOME, SUITE, atomic
 from flashcheck.mutation.sanitizer import ERROR_LINE, KERNEL_LINE, SUMMARY_LINE
-from flashcheck.phases import PHASES, summarize
+from flashcheck.plugin.phases import PHASES, summarize
 from flashcheck.reports.records import header, kernels_digest
 
 
@@ -60,8 +60,8 @@ DURATIONS = Path(__file__).resolve().parent / "gpu_durations.json"
 
 def run_suite(out: Path, files: list[str], budget: float, workers: str, resume: list[Path] | None = None) -> dict:
     log = out / "results.jsonl"
-    cmd = [sys.executable, "-m", "pytest", "-n", workers, "--hypothesis-profile", "gpu", "-p", "flashcheck.results_log",
-           "-p", "flashcheck.phases", "--results-log", str(log), "-q", "-rfE", "--tb=line", *files]
+    cmd = [sys.executable, "-m", "pytest", "-n", workers, "--hypothesis-profile", "gpu", "-p", "flashcheck.plugin.results_log",
+           "-p", "flashcheck.plugin.phases", "--results-log", str(log), "-q", "-rfE", "--tb=line", *files]
     if DURATIONS.exists():
         cmd += ["--order-from", str(DURATIONS)]
     before = tally(*resume) if resume else None
@@ -81,7 +81,7 @@ def run_suite(out: Path, files: list[str], budget: float, workers: str, resume: 
     rc, wall = _pytest_within(cmd, out / "pytest.log", budget)
     found = _keep_new_fixtures(before_fixtures, out / "fixtures")
     # this run's seconds over the last lane's: copy DIR/durations.json to reports/gpu_durations.json
-    from flashcheck.results_log import durations_of
+    from flashcheck.plugin.results_log import durations_of
 
     known = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
     atomic.write_text(out / "durations.json", json.dumps({**known, **(durations_of(log) if log.exists() else {})}, indent=0, sort_keys=True) + "\n")
@@ -96,7 +96,7 @@ def run_suite(out: Path, files: list[str], budget: float, workers: str, resume: 
 
 def _fixture_files() -> dict[str, float]:
     """The suite's regression fixtures (name -> mtime): where this checkout's runs save shrunk failures."""
-    from flashcheck.fixtures import DEFAULT_FIXTURE_DIR
+    from flashcheck.fixtures.store import DEFAULT_FIXTURE_DIR
 
     return {p.name: p.stat().st_mtime for p in DEFAULT_FIXTURE_DIR.glob("*.json")}
 
@@ -104,7 +104,7 @@ def _fixture_files() -> dict[str, float]:
 def _keep_new_fixtures(before: dict[str, float], dest: Path) -> list[str]:
     """Copy the fixtures the run wrote (new or rewritten) into the lane's own directory, which is what
     comes back from a device: the names, sorted. A fixture left only in the device's checkout is lost."""
-    from flashcheck.fixtures import DEFAULT_FIXTURE_DIR
+    from flashcheck.fixtures.store import DEFAULT_FIXTURE_DIR
 
     new = sorted(n for n, t in _fixture_files().items() if before.get(n) != t)
     if new:
@@ -141,7 +141,7 @@ def run_soak(out: Path, budget: float, seed: int, workers: str) -> dict:
     DIR/soak_fixtures (copy real findings into the suite's regressions)."""
     log, fixtures = out / "soak.jsonl", out / "soak_fixtures"
     cmd = [sys.executable, "-m", "pytest", "-n", workers, "--hypothesis-profile", "soak", "--hypothesis-seed",
-           str(seed), "-p", "flashcheck.results_log", "--results-log", str(log), f"--fixture-dir={fixtures}",
+           str(seed), "-p", "flashcheck.plugin.results_log", "--results-log", str(log), f"--fixture-dir={fixtures}",
            "-q", "-rfE", "--tb=line", str(SUITE.relative_to(HOME))]
     rc, wall = _pytest_within(cmd, out / "soak.log", budget)
     t = tally(log)
@@ -344,7 +344,7 @@ def write_record(out: Path, rec: dict) -> Path:
 
 
 def phase_table(per_file: dict[str, dict[str, float]]) -> list[str]:
-    """Worker-seconds per test file and phase (`flashcheck.phases`): the largest files, the rest as one row."""
+    """Worker-seconds per test file and phase (`flashcheck.plugin.phases`): the largest files, the rest as one row."""
     rows = sorted(per_file.items(), key=lambda kv: -sum(kv[1].get(p, 0.0) for p in PHASES))
     keys = (*PHASES, "compiled", "built", "tests")
     add = lambda rs: {k: sum(r.get(k, 0.0) for _, r in rs) for k in keys}  # noqa: E731
@@ -354,7 +354,7 @@ def phase_table(per_file: dict[str, dict[str, float]]) -> list[str]:
     return (["Where the time went (worker-seconds of the tests' call phase, each second counted once: `compile` "
              "Triton building binaries, `kernel` launching them, `sync` waiting for the GPU, `oracle`, `compare` "
              "against it, `fixtures` (fixture I/O, input snapshots), `draw` Hypothesis outside the examples "
-             "(drawing, shrinking), `rest` the remainder; `flashcheck/phases.py`):", "",
+             "(drawing, shrinking), `rest` the remainder; `flashcheck/plugin/phases.py`):", "",
              "| file | tests | " + " | ".join(PHASES) + " | binaries | built |", "|---|---|" + "---|" * (len(PHASES) + 2)]
             + [f"| `{f}` | {r.get('tests', 0):.0f} | {fmt(r)} | {r.get('compiled', 0):.0f} | {r.get('built', 0):.0f} |"
                for f, r in rows]

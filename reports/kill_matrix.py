@@ -3,7 +3,7 @@
 `python -m flashcheck.reports --kill-matrix` (or `python -m flashcheck.reports.kill_matrix`) runs, for each zoo kernel,
 
     CI=true pytest flashcheck/suite --kernel flashcheck/suite/zoo/<family>_bugs.py:NAME --family <family> -x
-           -p no:xdist -p no:cacheprovider --fixture-dir <out>/kill_fixtures/NAME -p flashcheck.killrun
+           -p no:xdist -p no:cacheprovider --fixture-dir <out>/kill_fixtures/NAME -p flashcheck.plugin.killrun
 
 in a subprocess (the suite exactly as CI runs it against an external kernel, stopping at the first
 failure), and writes `kill_matrix.md` and `kill_matrix.json`: bug class x the test and property
@@ -11,7 +11,7 @@ that caught it, how many examples (distinct cases checked, over every test run s
 calls and seconds it took until the first failing check, and the shrunk counterexample (the
 exact-bit fixture the harness saved, and the failure message).
 
-The numbers are measured inside the subprocess by the engine's plugin, `flashcheck.killrun`.
+The numbers are measured inside the subprocess by the engine's plugin, `flashcheck.plugin.killrun`.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from flashcheck import HOME, SUITE, atomic
-from flashcheck.killrun import run_pytest
+from flashcheck.plugin.killrun import run_pytest
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
 #: The tracked kill matrix (committed): per zoo entry, whether the ci profile on the CPU catches it,

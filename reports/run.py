@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, TextIO
 
 from flashcheck.kernels.registry import KernelSpec
-from flashcheck import kernel_hooks
+from flashcheck.isolation import hooks as kernel_hooks
 
 kernel_hooks.attach()
 from flashcheck.oracles.formats import format_of
@@ -180,7 +180,7 @@ def run_one(mod, cell: Cell, prepared, key: str = "", stopped: bool = False,
             printed: KernelOutput | None = None) -> None:
     """One kernel on one prepared input, folded into its cell: a kernel that raises on an input it
     declares it takes fails; a baseline backend that refuses the input is counted as refused.
-    `key` names the call for `flashcheck.isolation` (a crash or hang in it is that kernel's error);
+    `key` names the call for `flashcheck.isolation.journal` (a crash or hang in it is that kernel's error);
     a `stopped` kernel (crashed or hung too often) is not called. What it prints goes through
     `printed` (capped)."""
     t0 = time.perf_counter()
@@ -194,8 +194,8 @@ def _run_one(mod, cell: Cell, prepared, key: str, stopped: bool, printed: Kernel
     import os
     from contextlib import nullcontext
 
-    from flashcheck import isolation
-    from flashcheck.faults import GpuFault
+    from flashcheck.isolation import journal as isolation, supervisor
+    from flashcheck.isolation.faults import GpuFault
 
     spec = cell.spec
     if not mod.supports(spec, prepared):
@@ -204,7 +204,7 @@ def _run_one(mod, cell: Cell, prepared, key: str, stopped: bool, printed: Kernel
     crashed = isolation.excluded().get(key) if key else None
     if crashed:  # it crashed or hung on this input in an earlier run of this report
         cell.acc.add_error(isolation.KernelCrashed(crashed.removeprefix(key + ": ")))
-        if isolation.hung(crashed):
+        if supervisor.hung(crashed):
             cell.hung += 1
         else:
             cell.crashed += 1

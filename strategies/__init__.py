@@ -21,8 +21,10 @@ def register_class(family: str, name: str, factory: Callable[..., SearchStrategy
                    replace: bool = False) -> Callable[..., SearchStrategy[Case]]:
     """Add an adversarial class to a family's table (usable as a decorator via functools.partial).
 
-    softmax: `factory(*, fmt, max_n, strided) -> SearchStrategy[Case]` whose cases hold `x` (M, N);
-    attention: `factory(*, dtype, **limits) -> SearchStrategy[Case]` like the built-in classes.
+    Every family's classes take the same first keyword, the dtype: softmax `factory(*, dtype, max_n,
+    strided) -> SearchStrategy[Case]` whose cases hold `x` (M, N); attention `factory(*, dtype,
+    **limits)` like the built-in classes. A softmax factory written for the older `fmt=` keyword (a
+    `Format`) is adapted.
     Register before pytest collects (in the kernel's module, or a conftest): the class then runs
     for every kernel of the family and appears in the report.
     """
@@ -32,6 +34,7 @@ def register_class(family: str, name: str, factory: Callable[..., SearchStrategy
         raise ValueError(f"register_class: class name {name!r} must be letters, digits and underscores")
     if not callable(factory):
         raise TypeError(f"register_class: factory for {name!r} is {type(factory).__name__}, not callable")
+    factory = _dtype_keyword(factory)
     table = _TABLES[family]
     old = table.get(name)
     # The same function again (a kernel module executed twice, e.g. by `flashcheck check` and
@@ -42,6 +45,27 @@ def register_class(family: str, name: str, factory: Callable[..., SearchStrategy
         raise ValueError(f"register_class: {family} class {name!r} exists (replace=True to override)")
     table[name] = factory
     return factory
+
+
+def _dtype_keyword(factory: Callable[..., SearchStrategy[Case]]) -> Callable[..., SearchStrategy[Case]]:
+    """`factory` called with `dtype=`: one taking `fmt` (and no dtype) gets the dtype's Format."""
+    import functools
+    import inspect
+
+    from flashcheck.oracles.formats import format_of
+
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return factory
+    if "fmt" not in params or "dtype" in params:
+        return factory
+
+    @functools.wraps(factory)
+    def adapted(*, dtype, **kw):
+        return factory(fmt=format_of(dtype), **kw)
+
+    return adapted
 
 
 __all__ = ["ATTENTION_CLASSES", "attention_cases", "case_inputs", "Case", "Layout", "exact_floats", "layouts",

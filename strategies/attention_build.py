@@ -258,7 +258,7 @@ def _storage_offset(draw, fmt: Format, *, unaligned: bool) -> int:
     aligned) where the class is about layouts; elsewhere 0, 1 or 2 times 16 bytes. On a GPU, Triton
     compiles one binary per pointer alignment (16 bytes or not) of each of q, k, v: unaligned
     offsets in every class multiplied the suite's compiled variants (distinct attention keys in the
-    ci profile, `flashcheck.compile_keys`: 418 with them, 326 without) without reaching any other
+    ci profile, `flashcheck.plugin.compile_keys`: 418 with them, 326 without) without reaching any other
     arithmetic. Aligned offsets
     other than 0 still catch a kernel that ignores the storage offset."""
     if unaligned:

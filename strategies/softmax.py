@@ -14,12 +14,13 @@ import math
 from typing import Sequence
 
 import numpy as np
+import torch
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy, composite
 
 from flashcheck.kernels import DEVICE
 from flashcheck.oracles import bounds
-from flashcheck.oracles.formats import BF16, FP16, Format
+from flashcheck.oracles.formats import BF16, FP16, Format, format_of
 from .case import Case
 from .records import StrategyClass, by_name
 
@@ -98,8 +99,9 @@ def _largest_block_below(n: int) -> int:
 # ---- the classes ---------------------------------------------------------------------------------
 
 @composite
-def benign_rows(draw, *, fmt: Format, max_n: int, max_m: int = 4, strided: bool = True) -> Case:
+def benign_rows(draw, *, dtype: torch.dtype | Format, max_n: int, max_m: int = 4, strided: bool = True) -> Case:
     """Standard-normal logits times a drawn scale: the baseline every kernel must get right."""
+    fmt = format_of(dtype)
     m, n = draw(_shape(max_n=max_n, max_m=max_m))
     scale = draw(st.sampled_from([1.0, 0.1, 4.0, 16.0]))
     v = draw(backgrounds((m, n), scale=scale))
@@ -108,8 +110,9 @@ def benign_rows(draw, *, fmt: Format, max_n: int, max_m: int = 4, strided: bool 
 
 
 @composite
-def elementwise_rows(draw, *, fmt: Format, max_n: int = 24, max_m: int = 3, strided: bool = True) -> Case:
+def elementwise_rows(draw, *, dtype: torch.dtype | Format, max_n: int = 24, max_m: int = 3, strided: bool = True) -> Case:
     """Short rows drawn value by value from all of `fmt`: zeros, subnormals, extremes, inf, NaN."""
+    fmt = format_of(dtype)
     m = draw(st.integers(1, max_m))
     n = draw(st.integers(1, max_n))
     elems = exact_floats(fmt)
@@ -133,9 +136,10 @@ def _huge_row(draw, kind: str, n: int, rng: np.random.Generator, fmt: Format) ->
 
 
 @composite
-def huge_magnitude_rows(draw, *, fmt: Format, max_n: int, max_m: int = 4, strided: bool = True) -> Case:
+def huge_magnitude_rows(draw, *, dtype: torch.dtype | Format, max_n: int, max_m: int = 4, strided: bool = True) -> Case:
     """Values near the format's max, [1000, 1001]-style offsets (no max subtraction overflows),
     and spreads far above 88 so most exponentials underflow."""
+    fmt = format_of(dtype)
     m, n = draw(_shape(max_n=max_n, max_m=max_m))
     rng = np.random.default_rng(draw(_seed()))
     mode = draw(_mode(HUGE_KINDS))
@@ -145,9 +149,10 @@ def huge_magnitude_rows(draw, *, fmt: Format, max_n: int, max_m: int = 4, stride
 
 
 @composite
-def very_negative_rows(draw, *, fmt: Format, max_n: int, max_m: int = 4, strided: bool = True) -> Case:
+def very_negative_rows(draw, *, dtype: torch.dtype | Format, max_n: int, max_m: int = 4, strided: bool = True) -> Case:
     """Every value below -1e5 (below -1.1e4 in fp16, whose range ends at 65504; or below -5e4
     there): a finite sentinel such as -1e4, -5e4 or finfo.min + x standing in for -inf shows."""
+    fmt = format_of(dtype)
     m, n = draw(_shape(max_n=max_n, max_m=max_m))
     rng = np.random.default_rng(draw(_seed()))
     top = draw(st.sampled_from([-1.2e4, -5.1e4] if fmt == FP16 else [-1.01e5, -1.0e7]))
@@ -198,11 +203,12 @@ def _inf_runs(draw, n: int, rng: np.random.Generator, kind: str) -> np.ndarray:
 
 
 @composite
-def neg_inf_padded_rows(draw, *, fmt: Format, max_n: int, max_m: int = 3, strided: bool = True) -> Case:
+def neg_inf_padded_rows(draw, *, dtype: torch.dtype | Format, max_n: int, max_m: int = 3, strided: bool = True) -> Case:
     """-inf runs anywhere, including whole power-of-two blocks and the first block; optionally
     every visible logit below -90. `lead_block_low` rows mask the widest block the row spills
     past (1024 for rows of 1025..2048) and put every visible logit below -90: a guard that swaps
     a -inf running max for 0 then underflows them all. Every-kind cases have rows past 1024."""
+    fmt = format_of(dtype)
     mode = draw(_mode(INF_RUN_KINDS))
     if mode == ALL:
         kinds = list(INF_RUN_KINDS)
@@ -223,9 +229,10 @@ def neg_inf_padded_rows(draw, *, fmt: Format, max_n: int, max_m: int = 3, stride
 
 
 @composite
-def fully_masked_rows(draw, *, fmt: Format, max_n: int, max_m: int = 5, strided: bool = True) -> Case:
+def fully_masked_rows(draw, *, dtype: torch.dtype | Format, max_n: int, max_m: int = 5, strided: bool = True) -> Case:
     """Rows that are entirely -inf at the start, middle and end of a batch (torch: all NaN).
     Every-position cases have at least 5 rows, so clean rows sit between the masked ones."""
+    fmt = format_of(dtype)
     positions = ("first", "middle", "last")
     where = draw(st.one_of(st.sets(st.sampled_from(positions), min_size=1), st.just(frozenset(positions))))
     lo = 5 if len(where) == 3 else 1
@@ -243,9 +250,10 @@ _NAN_SPECIALS = {"nan": [np.nan], "pos_inf": [np.inf], "nan_neg_inf": [np.nan, N
 
 
 @composite
-def nan_and_inf_rows(draw, *, fmt: Format, max_n: int, max_m: int = 4, strided: bool = True) -> Case:
+def nan_and_inf_rows(draw, *, dtype: torch.dtype | Format, max_n: int, max_m: int = 4, strided: bool = True) -> Case:
     """NaN and +inf alone and mixed with -inf, in some rows; the others must stay clean (with a
     strided layout, the NaN guard data between rows is NaN that must stay invisible)."""
+    fmt = format_of(dtype)
     mode = draw(_mode(NAN_KINDS))
     if mode == ALL:
         kinds = [*NAN_KINDS, "clean"]
@@ -276,9 +284,10 @@ PEAK_KINDS = ("anywhere", "tail", "head")
 
 
 @composite
-def peaked_rows(draw, *, fmt: Format, max_n: int, max_m: int = 3, strided: bool = True) -> Case:
+def peaked_rows(draw, *, dtype: torch.dtype | Format, max_n: int, max_m: int = 3, strided: bool = True) -> Case:
     """One value +20, the rest about 0: padding lanes that add exp(0) show at once. Every-kind
     cases have N = 2^k + 1, so the tail peak sits alone past the last full block."""
+    fmt = format_of(dtype)
     mode = draw(_mode(PEAK_KINDS))
     if mode == ALL:
         kinds = list(PEAK_KINDS)
@@ -295,9 +304,10 @@ def peaked_rows(draw, *, fmt: Format, max_n: int, max_m: int = 3, strided: bool 
 
 
 @composite
-def tied_rows(draw, *, fmt: Format, max_n: int, max_m: int = 3, strided: bool = True) -> Case:
+def tied_rows(draw, *, dtype: torch.dtype | Format, max_n: int, max_m: int = 3, strided: bool = True) -> Case:
     """Constant rows and k equal maxima among -inf: exact results (1/2^k) must come out exact.
     Every-kind cases have N = 2^j (a constant row gives exactly 2^-j) and k = 2^i < N maxima."""
+    fmt = format_of(dtype)
     c = draw(exact_floats(fmt, allow_nan=False, allow_infinity=False))
     mode = draw(_mode(("constant", "k_maxima")))
     rng = np.random.default_rng(draw(_seed()))
@@ -319,8 +329,9 @@ def tied_rows(draw, *, fmt: Format, max_n: int, max_m: int = 3, strided: bool = 
 
 
 @composite
-def subnormal_rows(draw, *, fmt: Format, max_n: int, max_m: int = 3, strided: bool = True) -> Case:
+def subnormal_rows(draw, *, dtype: torch.dtype | Format, max_n: int, max_m: int = 3, strided: bool = True) -> Case:
     """Subnormal inputs, and spreads whose outputs land in the subnormal range of `fmt`."""
+    fmt = format_of(dtype)
     m, n = draw(_shape(max_n=max_n, max_m=max_m, min_n=2))
     rng = np.random.default_rng(draw(_seed()))
     mode = draw(_mode(("inputs", "outputs")))
@@ -385,10 +396,11 @@ def halfway_max_n(fmt: Format) -> int:
 
 
 @composite
-def long_uniform_rows(draw, *, fmt: Format, max_n: int, max_m: int = 2, strided: bool = False) -> Case:
+def long_uniform_rows(draw, *, dtype: torch.dtype | Format, max_n: int, max_m: int = 2, strided: bool = False) -> Case:
     """Long rows of (nearly) equal values: an fp16 accumulator of the denominator stalls at 2048;
     "halfway" rows (`_halfway_row`) make terms rounded to 16 bits drift the sum past the bound.
     Cases with halfway rows are folded into `halfway_max_n` (the same draw below it)."""
+    fmt = format_of(dtype)
     m = draw(st.integers(1, max_m))
     n = draw(st.integers(max(1, max_n // 2), max_n))
     mode = draw(_mode(UNIFORM_KINDS))
@@ -407,9 +419,10 @@ SLOPES = (1e-3, 0.05, 1.0, 30.0)
 
 
 @composite
-def increasing_rows(draw, *, fmt: Format, max_n: int, max_m: int = 2, strided: bool = True) -> Case:
+def increasing_rows(draw, *, dtype: torch.dtype | Format, max_n: int, max_m: int = 2, strided: bool = True) -> Case:
     """Rows increasing across block boundaries: the running max changes in every chunk, so a
     missing rescale of the accumulated sum shows. Every-slope cases span 3+ blocks of 256."""
+    fmt = format_of(dtype)
     mode = draw(_mode([str(s) for s in SLOPES]))
     if mode == ALL:
         slopes = list(SLOPES)
@@ -442,21 +455,22 @@ CLASS_RECORDS: tuple[StrategyClass, ...] = tuple(StrategyClass(n, f) for n, f in
 CLASSES = by_name(CLASS_RECORDS)
 
 
-def softmax_cases(*, fmt: Format, max_n: int, strided: bool = True) -> SearchStrategy[Case]:
+def softmax_cases(*, dtype: torch.dtype | Format, max_n: int, strided: bool = True) -> SearchStrategy[Case]:
     """Any adversarial softmax input: the union of every class."""
-    return st.one_of([s(fmt=fmt, max_n=max_n, strided=strided) if name != "elementwise"
-                      else s(fmt=fmt, strided=strided) for name, s in CLASSES.items()])
+    return st.one_of([s(dtype=dtype, max_n=max_n, strided=strided) if name != "elementwise"
+                      else s(dtype=dtype, strided=strided) for name, s in CLASSES.items()])
 
 
 __all__ = ["CLASSES", "BLOCKS", "row_lengths", "softmax_cases", "Layout", *[f.__name__ for f in CLASSES.values()]]
 
 
 @composite
-def declared_size_rows(draw, *, fmt: Format, sizes: Sequence[int], min_n: int = 1, max_n: int,
+def declared_size_rows(draw, *, dtype: torch.dtype | Format, sizes: Sequence[int], min_n: int = 1, max_n: int,
                        strided: bool = True) -> Case:
     """Rows just below, at and above the sizes a kernel declares (its tiles and dispatch
     thresholds), whatever the run's usual length cap: a row that crosses the kernel's own block
     boundary with a -inf first block, a peak in the tail, or a rising max in every chunk."""
+    fmt = format_of(dtype)
     lengths = sorted({v for s in sizes for v in (s - 1, s, s + 1) if min_n <= v <= max_n})
     if not lengths:
         raise ValueError(f"declared_size_rows: no declared size {list(sizes)} lies in [{min_n}, {max_n}]")

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from flashcheck.external import KernelLoadError, load_kernel
-from flashcheck.selftest import clean_env
+from flashcheck.targets.external import KernelLoadError, load_kernel
+from flashcheck.plugin.selftest import clean_env
 
 BARE = textwrap.dedent('''
     import math
@@ -166,7 +166,7 @@ def test_a_declaration_that_could_only_be_ignored_is_an_error(kernels: Path) -> 
 # ---- 3 and 4. nothing to draw is a skip naming the option; nothing checked is not green -----------
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "flashcheck.cli", *args, "-p", "no:randomly", "-rs"], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "flashcheck.cli.main", *args, "-p", "no:randomly", "-rs"], cwd=cwd,
                           env=clean_env({"CI": "true"}), capture_output=True, text=True, timeout=600)
 
 

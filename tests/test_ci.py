@@ -12,8 +12,12 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from flashcheck import HOME as ROOT, devices, profiles
-from flashcheck.selftest import run_pytest
+from flashcheck import HOME as ROOT
+
+from flashcheck.plugin import devices
+
+from flashcheck.plugin import profiles
+from flashcheck.plugin.selftest import run_pytest
 
 # ---- tiers ---------------------------------------------------------------------------------------
 
@@ -85,7 +89,7 @@ def test_no_gpu_leaves_the_environment_alone(env_visible: str | None, count: int
 def test_gpu_count_does_not_start_cuda() -> None:
     # Counting must not initialise CUDA, or the variable set afterwards would be ignored. In a
     # fresh process: this one may have started CUDA already (any earlier GPU test in the worker).
-    code = ("import torch; from flashcheck import devices; n = devices.gpu_count(); "
+    code = ("import torch; from flashcheck.plugin import devices; n = devices.gpu_count(); "
             "print('count', n, 'initialized', torch.cuda.is_initialized())")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
@@ -229,9 +233,9 @@ def test_exclusive_memory_admits_one_process_at_a_time(tmp_path) -> None:
     import sys
     import time
 
-    from flashcheck.devices import exclusive_memory
+    from flashcheck.plugin.devices import exclusive_memory
 
-    code = ("import time; from flashcheck.devices import exclusive_memory\n"
+    code = ("import time; from flashcheck.plugin.devices import exclusive_memory\n"
             "with exclusive_memory('child'):\n    print(time.time(), flush=True)\n")
     with exclusive_memory("parent"):
         child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -317,7 +321,7 @@ def test_lane_part_of_chosen_files_keeps_the_whole_suite(tmp_path: Path, monkeyp
 def test_lane_keeps_the_fixtures_its_suite_saved(tmp_path: Path, monkeypatch) -> None:
     """A failure's fixture lands in the device's checkout, which does not come back: the lane copies
     the fixtures its run wrote (new or rewritten, not the others) into its own directory and names them."""
-    from flashcheck import fixtures
+    from flashcheck.fixtures import store as fixtures
     from flashcheck.reports import gpu_lane
 
     reg = tmp_path / "regressions"
@@ -343,14 +347,14 @@ def test_order_from_runs_the_longest_first(tmp_path: Path) -> None:
                                         "def test_a(i):\n    pass\n")
     durations = {f"test_t.py::test_a[{i}]": s for i, s in [(0, 1.0), (1, 30.0), (3, 5.0), (4, 2.0)]}
     (tmp_path / "d.json").write_text(json.dumps(durations))
-    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "flashcheck.results_log", "-p", "no:cacheprovider",
+    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "flashcheck.plugin.results_log", "-p", "no:cacheprovider",
                         "--order-from", "d.json", "--collect-only", "-q", "test_t.py"],
                        cwd=tmp_path, capture_output=True, text=True)
     order = [line.split("[")[1].rstrip("]") for line in p.stdout.splitlines() if "::test_a[" in line]
     # 2 is unknown: the median of (1, 2, 5, 30) is 5, tied with 3 and ahead of it in collection order
     assert order == ["1", "2", "3", "4", "0"], p.stdout + p.stderr
     (tmp_path / "d.json").write_text("[1, 2]")
-    bad = subprocess.run([sys.executable, "-m", "pytest", "-p", "flashcheck.results_log", "-p", "no:cacheprovider",
+    bad = subprocess.run([sys.executable, "-m", "pytest", "-p", "flashcheck.plugin.results_log", "-p", "no:cacheprovider",
                           "--order-from", "d.json", "--collect-only", "-q", "test_t.py"],
                          cwd=tmp_path, capture_output=True, text=True)
     assert bad.returncode == 4 and "not a JSON object of node id -> seconds" in bad.stderr + bad.stdout
@@ -372,9 +376,9 @@ def test_lane_soak_is_recorded_with_its_seed(tmp_path: Path) -> None:
 
 
 def _phase_records(tmp_path: Path, test_file: str) -> dict[str, dict]:
-    """Run `test_file` (in tmp_path) under -p flashcheck.phases; node id -> its results-log record."""
+    """Run `test_file` (in tmp_path) under -p flashcheck.plugin.phases; node id -> its results-log record."""
     log = tmp_path / "r.jsonl"
-    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "flashcheck.results_log", "-p", "flashcheck.phases",
+    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "flashcheck.plugin.results_log", "-p", "flashcheck.plugin.phases",
                         "-p", "no:cacheprovider", "--results-log", str(log), "-q", test_file],
                        cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
@@ -382,7 +386,7 @@ def _phase_records(tmp_path: Path, test_file: str) -> dict[str, dict]:
 
 
 def test_phases_count_every_second_once(tmp_path: Path) -> None:
-    """-p flashcheck.phases: the oracle called inside a comparison counts as oracle, not twice;
+    """-p flashcheck.plugin.phases: the oracle called inside a comparison counts as oracle, not twice;
     Hypothesis's own time (drawing) is apart from the example bodies'; the phases add up to the
     test's call time. The bodies' 0.6 s of sleep must land in `rest` and the sum must match the
     call: a sleep counted as drawing too would break the sum. Drawing's own time is CPU work and
@@ -401,7 +405,7 @@ def test_phases_count_every_second_once(tmp_path: Path) -> None:
         "def test_plain():\n    time.sleep(0.3)\n")
     recs = _phase_records(tmp_path, "test_p.py")
     h, plain = recs["test_p.py::test_h"], recs["test_p.py::test_plain"]
-    from flashcheck.phases import PHASES
+    from flashcheck.plugin.phases import PHASES
 
     for r in (h, plain):
         assert set(PHASES) <= set(r["phases"]), r
@@ -414,7 +418,7 @@ def test_phases_count_every_second_once(tmp_path: Path) -> None:
 def test_phases_count_binaries_built_apart_from_cache_loads(tmp_path: Path) -> None:
     """Triton's compilation listener tells a binary built from one loaded from the on-disk cache:
     the phases record counts the built ones (xdist workers building one binary each show as more
-    built than distinct binaries; flashcheck.compile_lock is meant to make them equal)."""
+    built than distinct binaries; flashcheck.isolation.compile_lock is meant to make them equal)."""
     (tmp_path / "test_b.py").write_text(
         "from triton import knobs\n"
         "def test_b():\n"
@@ -427,7 +431,7 @@ def test_phases_count_binaries_built_apart_from_cache_loads(tmp_path: Path) -> N
 def test_builds_out_logs_each_binary_with_its_key_parts(tmp_path: Path, monkeypatch) -> None:
     """FLASHCHECK_BUILDS_OUT: one JSON line per binary the listener reports, with what tells two
     runs' keys apart (how part M of `git show 2d0dacc:reports/gpu_run.md` found Triton's key-order rebuilds)."""
-    from flashcheck import phases
+    from flashcheck.plugin import phases
 
     monkeypatch.setattr(phases, "_BUILDS_OUT", str(tmp_path / "builds"))
     monkeypatch.setenv("PYTEST_CURRENT_TEST", "t.py::test_x (call)")

@@ -1,4 +1,4 @@
-"""flashcheck.compile_lock: workers needing one binary compile it once (issue 19). The lock is
+"""flashcheck.isolation.compile_lock: workers needing one binary compile it once (issue 19). The lock is
 checked here with threads and a stand-in for Triton's `_do_compile` (nothing compiles on the CPU)."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from flashcheck import compile_lock
+from flashcheck.isolation import compile_lock
 
 KERNEL = SimpleNamespace(cache_key="abc")
 

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(not CUTE.is_file(), reason="needs flashcheck's s
 
 def _check(target: str, *args: str, timeout: float) -> subprocess.CompletedProcess:
     env = dict(os.environ, FLASHCHECK_SUITE_FIXTURES="0")
-    return subprocess.run([sys.executable, "-m", "flashcheck.cli", "check", f"{CUTE}:{target}", "--family", "softmax",
+    return subprocess.run([sys.executable, "-m", "flashcheck.cli.main", "check", f"{CUTE}:{target}", "--family", "softmax",
                            "--no-save-fixtures", *args], cwd=HOME, env=env, capture_output=True, text=True, check=False,
                           timeout=timeout)
 

@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from flashcheck import exitcodes, isolation
-from flashcheck.cli import main as flashcheck
+from flashcheck import exitcodes
+
+from flashcheck.isolation import journal as isolation, supervisor
+from flashcheck.cli.main import main as flashcheck
 from flashcheck.reports import cli as report, output
-from flashcheck.selftest import clean_env
+from flashcheck.plugin.selftest import clean_env
 
 ROOT = Path(__file__).resolve().parent.parent
 # One dtype, one class, one input, no baselines: about a second under the interpreter.
@@ -64,7 +66,7 @@ def in_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(isolation, "_EXCLUDE", None)
     monkeypatch.setitem(isolation._J, "fd", None)
     monkeypatch.delenv(isolation.TIMEOUT_ENV, raising=False)
-    from flashcheck import fixtures as fx
+    from flashcheck.fixtures import store as fx
 
     for k in list(fx._SETTINGS):  # `replay` in-process switches fixture saving off: restored after
         monkeypatch.setitem(fx._SETTINGS, k, fx._SETTINGS[k])
@@ -136,8 +138,8 @@ def test_out_at_a_file_exits_2_before_measuring(tmp_path: Path, capsys: pytest.C
     target = tmp_path / "report.html"
     target.write_text("mine")
     monkeypatch.setattr("flashcheck.reports.run.collect", lambda *a, **k: pytest.fail("measured"))
-    monkeypatch.setattr(isolation, "supervise", lambda *a, **k: pytest.fail("started a child"))
-    monkeypatch.setattr(isolation.Supervisor, "run", lambda *a, **k: pytest.fail("started a child"))
+    monkeypatch.setattr(supervisor, "supervise", lambda *a, **k: pytest.fail("started a child"))
+    monkeypatch.setattr(supervisor.Supervisor, "run", lambda *a, **k: pytest.fail("started a child"))
     assert flashcheck(["report", "softmax_row", "--out", str(target)]) == 2
     assert "is a file, not a folder" in _one_line(capsys.readouterr().err)
     notes = tmp_path / "docs"
@@ -216,7 +218,7 @@ def test_a_kernel_calling_sys_exit_is_its_error_not_a_green_exit(tmp_path: Path,
 # ---- check and replay, end to end (subprocesses, the smallest selections) ------------------------
 
 def _check(cwd: Path, kernel: str, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "flashcheck.cli", "check", f"k.py:{kernel}", "--family", "softmax",
+    return subprocess.run([sys.executable, "-m", "flashcheck.cli.main", "check", f"k.py:{kernel}", "--family", "softmax",
                            "--hypothesis-profile", "smoke", "-q", "-p", "no:randomly", "--no-save-fixtures", *extra],
                           cwd=cwd, env=clean_env({"CI": "true"}), capture_output=True, text=True, timeout=300)
 
@@ -248,8 +250,8 @@ def test_replay_exit_statuses(tmp_path: Path, kernels: Path, in_process: None, c
     """1 a failing fixture (sys.exit in the kernel included); 5 no fixture for the kernel."""
     import torch
 
-    from flashcheck import fixtures as fx
-    from flashcheck.external import load_kernel
+    from flashcheck.fixtures import store as fx
+    from flashcheck.targets.external import load_kernel
     from flashcheck.strategies.case import Case
 
     case = Case(tensors={"x": torch.linspace(-1, 1, 3).reshape(1, 3)}, label="t")

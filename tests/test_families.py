@@ -13,7 +13,7 @@ import torch
 from flashcheck import families
 from flashcheck.kernels import _common, registry
 from flashcheck.oracles.formats import FLOAT_DTYPES
-from flashcheck.properties import PROPERTIES, load_properties
+from flashcheck.families import PROPERTIES, load_properties
 
 
 @pytest.mark.parametrize("name", families.names())
@@ -82,7 +82,7 @@ SKELETON = {
         import numpy as np
 
         from flashcheck.oracles.formats import format_of, to_float64
-        from flashcheck.properties import prop
+        from flashcheck.families import prop
 
         from .oracle import scale_oracle
 
@@ -100,7 +100,7 @@ SKELETON = {
         from hypothesis import given, settings, strategies as st
 
         from flashcheck import families
-        from flashcheck.properties import check_all
+        from flashcheck.properties.runner import check_all
 
         FAMILY = "scale"
         RECORD = families.get(FAMILY)
@@ -146,8 +146,8 @@ def scale_family(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 def test_a_third_family_is_picked_up_from_its_record(scale_family) -> None:
     from hypothesis import find
 
-    from flashcheck import suite_paths
-    from flashcheck.properties import check
+    from flashcheck.families import suite_paths
+    from flashcheck.properties.runner import check
 
     record, good, bad, pkg = scale_family
     assert "scale" in families.names()

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from flashcheck.kernels import DEVICE
-from flashcheck.fixtures import SAVE_ENV, fixture_key, fixture_payload, load_fixture
+from flashcheck.fixtures.store import SAVE_ENV, fixture_key, fixture_payload, load_fixture
 from flashcheck.strategies.case import Case
 
 from flashcheck import HOME as ROOT
-from flashcheck.selftest import run_pytest
+from flashcheck.plugin.selftest import run_pytest
 
 BROKEN = textwrap.dedent('''
     import torch
@@ -110,9 +110,9 @@ def test_round_trip_is_bit_exact() -> None:
 
 # ---- fixtures are data (issue 18.2) ---------------------------------------------------------------------
 
-from flashcheck import fixtures as fx  # noqa: E402
-from flashcheck.cli import main as cli  # noqa: E402
-from flashcheck.external import load_kernel  # noqa: E402
+from flashcheck.fixtures import store as fx  # noqa: E402
+from flashcheck.cli.main import main as cli  # noqa: E402
+from flashcheck.targets.external import load_kernel  # noqa: E402
 from flashcheck.kernels.registry import get as registered  # noqa: E402
 
 CORRECT = "import torch\n\ndef soft(x):\n    return torch.softmax(x.float(), dim=-1).to(x.dtype)\n"
@@ -268,7 +268,7 @@ def test_bad_fixture_under_pytest_is_labelled(tmp_path: Path) -> None:
 def test_unwritable_fixture_dir_keeps_the_failure(tmp_path: Path, settings: dict) -> None:
     from hypothesis import given, settings as hsettings, strategies as st
 
-    from flashcheck.properties import check
+    from flashcheck.properties.runner import check
     from flashcheck.kernels.registry import KernelSpec
 
     (tmp_path / "file").write_text("")
@@ -311,7 +311,7 @@ def test_only_the_suite_writes_into_its_regressions(tmp_path: Path, settings: di
     monkeypatch.setenv(fx.SUITE_ENV, "1")
     monkeypatch.setenv("FLASHCHECK_MUTANT", "/tmp/m.json")  # a mutant is broken on purpose
     assert fx.write_refusal("registered:softmax", d)
-    from flashcheck.selftest import clean_env
+    from flashcheck.plugin.selftest import clean_env
 
     assert clean_env()[fx.SUITE_ENV] == "0"
 
@@ -323,7 +323,7 @@ def test_a_real_failure_of_ours_still_leaves_a_fixture(tmp_path: Path, settings:
 
     from hypothesis import given, settings as hsettings, strategies as st
 
-    from flashcheck.properties import check
+    from flashcheck.properties.runner import check
 
     monkeypatch.setattr(fx, "DEFAULT_FIXTURE_DIR", tmp_path / "regressions")
     fx.configure(suite=True)
@@ -343,7 +343,7 @@ def test_a_real_failure_of_ours_still_leaves_a_fixture(tmp_path: Path, settings:
 
 
 def test_tooling_runs_get_a_temporary_fixture_dir(monkeypatch: pytest.MonkeyPatch) -> None:
-    from flashcheck import killrun
+    from flashcheck.plugin import killrun
 
     seen = {}
 
@@ -352,7 +352,7 @@ def test_tooling_runs_get_a_temporary_fixture_dir(monkeypatch: pytest.MonkeyPatc
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(killrun.subprocess, "run", fake)
-    # The subprocess path, whose command this fake sees; a forked run (flashcheck.zygote) gets the same
+    # The subprocess path, whose command this fake sees; a forked run (flashcheck.isolation.zygote) gets the same
     # arguments, and would run the whole file for real here.
     monkeypatch.setenv("FLASHCHECK_NO_ZYGOTE", "1")
     killrun.run_pytest(["flashcheck/suite/test_softmax.py"])

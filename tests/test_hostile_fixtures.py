@@ -23,11 +23,18 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from flashcheck import exitcodes, fixtures, isolation, properties
-from flashcheck.external import load_kernel
+from flashcheck import exitcodes
+
+from flashcheck.fixtures import store as fixtures
+
+from flashcheck.isolation import journal as isolation, supervisor
+
+from flashcheck.properties import runner as properties
+from flashcheck.families import load_properties
+from flashcheck.targets.external import load_kernel
 from flashcheck.kernels.registry import KernelSpec
-from flashcheck.repro import replay_note
-from flashcheck.selftest import clean_env
+from flashcheck.fixtures.repro import replay_note
+from flashcheck.plugin.selftest import clean_env
 from flashcheck.strategies.case import Case
 
 KERNELS = textwrap.dedent('''
@@ -80,7 +87,7 @@ def _crash_fixture(journal: Path, spec: KernelSpec, folder: Path) -> Path:
     fixtures.configure(save=True, directory=folder)
     isolation.start("test_crash", 5)
     isolation.note_input(spec, "input_untouched", _row(float("nan")))
-    isolation.explain(isolation.in_flight(isolation.read_journal(journal)), 3, time.time())
+    supervisor.explain(isolation.in_flight(isolation.read_journal(journal)), 3, time.time())
     (path,) = folder.glob("*input_untouched*.json")
     return path
 
@@ -90,7 +97,7 @@ def _fixture(spec: KernelSpec, folder: Path, *values: float) -> Path:
 
 
 def _cli(cwd: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "flashcheck.cli", *args], cwd=cwd, env=clean_env({"CI": "true"}),
+    return subprocess.run([sys.executable, "-m", "flashcheck.cli.main", *args], cwd=cwd, env=clean_env({"CI": "true"}),
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -173,7 +180,7 @@ def _overwrites(x: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("all_properties", [False, True], ids=["check", "check_all"])
 def test_a_fixture_holds_the_input_as_drawn(tmp_path: Path, fresh_state: Path, all_properties: bool) -> None:
     spec = KernelSpec(name="overwrites", family="softmax", fn=_overwrites, dtypes=(torch.float32,))
-    properties.load_properties()
+    load_properties()
     fixtures.configure(save=True, directory=tmp_path / "fx")
 
     @settings(max_examples=5, derandomize=True, database=None, deadline=None)
@@ -277,9 +284,10 @@ CHATTY_CHILD = textwrap.dedent('''
 ''')
 SUPERVISOR = textwrap.dedent('''
     import sys
-    from flashcheck import exitcodes, isolation
+    from flashcheck import exitcodes
+    from flashcheck.isolation import journal as isolation, supervisor
     cmd = [sys.executable, "-c", sys.argv[1], sys.argv[2]]
-    sys.exit(exitcodes.guarded("flashcheck replay", lambda argv: isolation.supervise(cmd), []))
+    sys.exit(exitcodes.guarded("flashcheck replay", lambda argv: supervisor.supervise(cmd), []))
 ''')
 
 

@@ -20,10 +20,10 @@ import pytest
 import torch
 
 from flashcheck import SUITE, exitcodes
-from flashcheck import fixtures as fx
-from flashcheck.cli import main as flashcheck
+from flashcheck.fixtures import store as fx
+from flashcheck.cli.main import main as flashcheck
 from flashcheck.kernels import DEVICE
-from flashcheck.selftest import clean_env
+from flashcheck.plugin.selftest import clean_env
 from tests.test_exits import in_process  # noqa: F401  (a fixture: replay in this process)
 
 REGRESSIONS = SUITE / "regressions"
@@ -104,12 +104,13 @@ def test_varlen_max_seqlen_past_the_packed_tokens_is_one_line(which: str, value:
 
 def test_a_softmax_kernel_rejecting_long_rows_is_told_its_max_n(tmp_path: Path) -> None:
     """As attention's grouped-heads rejection is told `gqa=false`: the declaration that skips it."""
-    from flashcheck import properties
-    from flashcheck.external import load_kernel
-    from flashcheck.limits import KernelUnsupported
+    from flashcheck.properties import runner as properties
+    from flashcheck.families import load_properties
+    from flashcheck.targets.external import load_kernel
+    from flashcheck.properties.limits import KernelUnsupported
     from flashcheck.strategies.case import Case
 
-    properties.load_properties()
+    load_properties()
 
     (tmp_path / "short.py").write_text(textwrap.dedent('''
         import torch
@@ -135,7 +136,7 @@ def _kernel_file(folder: Path) -> Path:
 
 @pytest.mark.parametrize("value", ["abc", "[1]", '{"block": 64}'])
 def test_malformed_configs_from_the_command_line_are_one_line(value: str, tmp_path: Path) -> None:
-    from flashcheck.external import KernelLoadError, load_kernel
+    from flashcheck.targets.external import KernelLoadError, load_kernel
 
     target = f"{_kernel_file(tmp_path)}:softmax"
     for key in ("configs", "tunings"):
@@ -162,7 +163,7 @@ def _run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
 def test_a_bad_option_is_a_usage_error_not_internalerror(option: str, tmp_path: Path) -> None:
     """`flashcheck check`: exit 2; `pytest --kernel`: pytest's usage error (4), one line each."""
     _kernel_file(tmp_path)
-    check = _run(["flashcheck.cli", "check", "k.py:softmax", "--family", "softmax", "-p", "no:xdist", option,
+    check = _run(["flashcheck.cli.main", "check", "k.py:softmax", "--family", "softmax", "-p", "no:xdist", option,
                   "-k", "two_equal"], tmp_path)
     assert check.returncode == exitcodes.USAGE, check.stdout[-3000:] + check.stderr[-3000:]
     assert BAD_OPTIONS[option] in _one_line(check.stdout + check.stderr)
@@ -177,7 +178,7 @@ def test_interpreter_switched_off_without_a_gpu_is_one_line(tmp_path: Path) -> N
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: TRITON_INTERPRET=0 is its normal mode")
     _kernel_file(tmp_path)
-    p = _run(["flashcheck.cli", "check", "k.py:softmax", "--family", "softmax", "-k", "two_equal"], tmp_path,
+    p = _run(["flashcheck.cli.main", "check", "k.py:softmax", "--family", "softmax", "-k", "two_equal"], tmp_path,
              TRITON_INTERPRET="0")
     assert p.returncode == exitcodes.USAGE, p.stdout[-3000:] + p.stderr[-3000:]
     assert "no GPU" in _one_line(p.stdout + p.stderr)
@@ -223,7 +224,7 @@ def test_a_user_package_named_kernels_is_checked(layout: str, target: str, tmp_p
         pass  # run from a checkout: it must be on the path
     if layout == "src":
         env["PYTHONPATH"] = os.pathsep.join(p for p in ("src", env.get("PYTHONPATH")) if p)
-    p = subprocess.run([sys.executable, "-m", "flashcheck.cli", "check", target, "--family", "softmax", "-p",
+    p = subprocess.run([sys.executable, "-m", "flashcheck.cli.main", "check", target, "--family", "softmax", "-p",
                         "no:xdist", "-q", "-k", "test_special_values and fp32-two_equal"], cwd=tmp_path,
                        env={**env, "CI": "true"}, capture_output=True, text=True, timeout=300)
     assert p.returncode == exitcodes.OK and "1 passed" in p.stdout, p.stdout[-3000:] + p.stderr[-3000:]
@@ -241,7 +242,7 @@ def test_a_suite_plugin_option_with_its_value_apart_is_not_a_test_path(tmp_path:
 
 def test_a_huge_declared_max_n_is_not_allocated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`--kernel-max-n 1099511627776`: the check that a longer row is refused allocated that row."""
-    from flashcheck.external import load_kernel
+    from flashcheck.targets.external import load_kernel
     from flashcheck.suite import test_softmax
 
     spec = load_kernel(f"{_kernel_file(tmp_path)}:softmax", "softmax",

@@ -19,7 +19,7 @@ import pytest
 
 from flashcheck import HOME, exitcodes
 from flashcheck.reports import cli as report
-from flashcheck.selftest import clean_env
+from flashcheck.plugin.selftest import clean_env
 from tests.test_exits import KERNELS as EXIT_KERNELS, TINY, _one_line
 
 # test_exits' TINY (one dtype, no baselines, one input) with two classes: a second or two.
@@ -111,7 +111,7 @@ def test_always_hanging_kernel_stops_after_two_hangs(tmp_path: Path, kernels: Pa
     """Every input timed out in turn (72 x 300 s by default) before the plots crashed; now two hangs
     and the kernel's remaining inputs are not run, and the report says so."""
     out = tmp_path / "rep"
-    p = subprocess.run([sys.executable, "-m", "flashcheck.cli", "report", f"{kernels}:hangs", *SMALL, "--examples", "2",
+    p = subprocess.run([sys.executable, "-m", "flashcheck.cli.main", "report", f"{kernels}:hangs", *SMALL, "--examples", "2",
                         "--timeout", "1", "--out", str(out)],
                        cwd=tmp_path, env=clean_env({"CI": "true"}), capture_output=True, text=True, timeout=300)
     assert p.returncode == exitcodes.FAILED, p.stdout[-2000:] + p.stderr[-2000:]
@@ -225,7 +225,7 @@ def test_ctrl_c_on_a_supervised_report_is_one_line(tmp_path: Path, kernels: Path
     out.mkdir()
     scratch.mkdir()
     (out / "stability.md").write_text("the earlier report")
-    p = subprocess.Popen([sys.executable, "-m", "flashcheck.cli", "report", f"{kernels}:hangs", *TINY, "--timeout", "200",
+    p = subprocess.Popen([sys.executable, "-m", "flashcheck.cli.main", "report", f"{kernels}:hangs", *TINY, "--timeout", "200",
                           "--out", str(out)], cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True,
                          env=clean_env({"CI": "true", "HOSTILE_MARK": str(mark), "TMPDIR": str(scratch)}))

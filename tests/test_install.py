@@ -62,7 +62,7 @@ from flashcheck.strategies.softmax import peaked_rows
 
 
 def author_peaks(*, fmt, max_n, strided=True):
-    return peaked_rows(fmt=fmt, max_n=min(max_n, 300), strided=strided)
+    return peaked_rows(dtype=fmt, max_n=min(max_n, 300), strided=strided)
 
 
 register_class("softmax", "author_peaks", author_peaks)

@@ -1,4 +1,4 @@
-"""Where the interpreter follows the GPU (flashcheck.interp_gpu, docs/interpreter.md).
+"""Where the interpreter follows the GPU (flashcheck.interpreter.gpu, docs/interpreter.md).
 
 The kernels here run on whatever flashcheck runs on: under the interpreter they check the patch,
 on a GPU the same expectations check the claims the patch is built on (tf32 operands truncated,
@@ -67,7 +67,7 @@ def test_fp32_dot_is_tf32_by_default() -> None:
     """One non-zero product per output: the result is that product of the operands as the tensor
     cores read them. 1 + 2^-11 + 2^-12 is between tf32 values 1 and 1 + 2^-10, nearer the upper
     one: truncated to 1 (the GPU, Triton inserting no rounding), rounded to 1 + 2^-10."""
-    from flashcheck.interp_gpu import tf32_round, tf32_truncate
+    from flashcheck.interpreter.gpu import tf32_round, tf32_truncate
 
     v = np.float32(1 + 2.0**-11 + 2.0**-12)
     assert tf32_truncate(np.array([v]))[0] == 1.0 and tf32_round(np.array([v]))[0] == 1 + 2.0**-10
@@ -81,7 +81,7 @@ def test_fp32_dot_is_tf32_by_default() -> None:
 
 
 def test_tf32_round_ties_away_from_zero() -> None:
-    from flashcheck.interp_gpu import tf32_round
+    from flashcheck.interpreter.gpu import tf32_round
 
     tie = np.array([1 + 2.0**-11, -(1 + 2.0**-11), 1 + 3 * 2.0**-11, np.inf, np.finfo(np.float32).max],
                    dtype=np.float32)
@@ -116,7 +116,7 @@ def _uses_constexpr_global(x_ptr):
 
 @interpreter_only
 def test_non_constexpr_global_is_an_error_as_on_the_gpu() -> None:
-    from flashcheck.interp_gpu import GpuIncompatible
+    from flashcheck.interpreter.gpu import GpuIncompatible
 
     x = torch.ones(1)
     _uses_constexpr_global[(1,)](x)
@@ -136,7 +136,7 @@ def _noop(x_ptr):
 @interpreter_only
 @pytest.mark.parametrize("grid", [(1, 65536), (1, 1, 65536), (2**31,)])
 def test_grid_beyond_the_gpu_limits_is_an_error(grid) -> None:
-    from flashcheck.interp_gpu import GpuIncompatible
+    from flashcheck.interpreter.gpu import GpuIncompatible
 
     with pytest.raises(GpuIncompatible, match="exceeds the GPU's limit"):
         _noop[grid](torch.zeros(1))
@@ -152,7 +152,7 @@ def _big_dot(a_ptr, c_ptr, N: tl.constexpr):
 
 @interpreter_only
 def test_shared_memory_beyond_a_block_warns() -> None:
-    from flashcheck.interp_gpu import GpuResourceWarning
+    from flashcheck.interpreter.gpu import GpuResourceWarning
 
     a, c = torch.zeros(256, 256), torch.empty(256, 256)
     with pytest.warns(GpuResourceWarning, match="512 KiB of shared memory"):

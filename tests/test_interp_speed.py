@@ -1,4 +1,4 @@
-"""Triton's interpreter made faster (flashcheck/interp_speed.py, docs/interpreter.md): each cut leaves
+"""Triton's interpreter made faster (flashcheck/interpreter/speed.py, docs/interpreter.md): each cut leaves
 what a kernel computes unchanged, and Triton's own behaviour is what `unpatched()` puts back."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from flashcheck import interpreter as fi
+from flashcheck.interpreter import exact as fi
 from flashcheck.kernels import DEVICE, INTERPRET
 from flashcheck.kernels._runtime import tl, triton
 
@@ -28,7 +28,7 @@ def _helper_loop_kernel(out_ptr, N: tl.constexpr):
 
 
 def test_helper_calls_inside_a_launch_do_not_repatch_the_language(monkeypatch: pytest.MonkeyPatch) -> None:
-    """flashcheck.interp_speed: the language is patched once per launch, not once per helper call
+    """flashcheck.interpreter.speed: the language is patched once per launch, not once per helper call
     (Triton re-scanned every module of triton.language at each call), and the launch still
     restores it."""
     import triton.runtime.interpreter as interp

@@ -1,4 +1,4 @@
-"""The exact interpreter (flashcheck/interpreter.py): bf16 conversions bit for bit against torch
+"""The exact interpreter (flashcheck/interpreter/exact.py): bf16 conversions bit for bit against torch
 through real @triton.jit kernels, bf16 arithmetic, reductions and tl.dot, a naive external softmax
 within the oracle's bound, and @triton.autotune kernels checked config by config.
 
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from flashcheck import autotune
-from flashcheck import interpreter as fi
+from flashcheck.interpreter import autotune
+from flashcheck.interpreter import exact as fi
 from flashcheck.kernels import DEVICE, INTERPRET
 from flashcheck.kernels._runtime import tl, triton
 from flashcheck.oracles.compare import compare_softmax

@@ -19,10 +19,15 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from flashcheck import faults, fixtures, properties
+from flashcheck.isolation import faults
+
+from flashcheck.fixtures import store as fixtures
+
+from flashcheck.properties import runner as properties
+from flashcheck.families import load_properties
 from flashcheck.kernels import INTERPRET
 from flashcheck.kernels.registry import KernelSpec
-from flashcheck.selftest import clean_env
+from flashcheck.plugin.selftest import clean_env
 from flashcheck.strategies.case import Case
 
 ILLEGAL = "CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be asynchronously reported"
@@ -166,7 +171,7 @@ def test_fault_is_not_shrunk_and_its_input_is_saved(tmp_path: Path) -> None:
         return torch.softmax(x, -1)
 
     spec = _spec(kernel)
-    properties.load_properties()
+    load_properties()
     fixtures.configure(save=True, directory=tmp_path)
     try:
         @settings(max_examples=50, derandomize=True, database=None, deadline=None)
@@ -197,8 +202,8 @@ def test_real_out_of_bounds_triton_kernel_is_one_named_fault(tmp_path: Path) -> 
     script = tmp_path / "oob.py"
     script.write_text(textwrap.dedent('''
         import torch, triton, triton.language as tl
-        from flashcheck import kernel_hooks
-        from flashcheck.faults import GpuFault
+        from flashcheck.isolation import hooks as kernel_hooks
+        from flashcheck.isolation.faults import GpuFault
         from flashcheck.kernels.registry import KernelSpec
 
         kernel_hooks.attach()  # what every engine entry point does before it runs a kernel
@@ -224,7 +229,7 @@ def test_real_out_of_bounds_triton_kernel_is_one_named_fault(tmp_path: Path) -> 
 # ---- end to end: check, replay, report ------------------------------------------------------------
 
 def _cli(cwd: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "flashcheck.cli", *args], cwd=cwd, env=clean_env({"CI": "true"}),
+    return subprocess.run([sys.executable, "-m", "flashcheck.cli.main", *args], cwd=cwd, env=clean_env({"CI": "true"}),
                           capture_output=True, text=True, timeout=timeout)
 
 

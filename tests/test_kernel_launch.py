@@ -104,7 +104,7 @@ def test_an_automatic_split_count_is_bounded_by_a_split_per_key_block(monkeypatc
     """num_splits=0 lets the launcher choose; the bound cannot know the count, so it takes a split
     per key block, which the GPU's choice (`auto_splits`, at least 2 blocks a split) never exceeds."""
     from flashcheck.kernels.registry import get
-    from flashcheck.properties_attention_outcome import blocking
+    from flashcheck.properties.attention.outcome import blocking
 
     spec = get("attention")
     for n in (1, 100, 4096, 70000):

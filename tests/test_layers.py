@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = {"oracles": 0, "kernels": 1, "strategies": 2, "flashcheck": 3, "reports": 4}
-TOP = {"cli": 4}  # flashcheck/cli.py is the command line: the reports' layer
+TOP = {"cli": 4}  # flashcheck/cli/ is the command line: the reports' layer
 
 # (importing file, imported layer or module): still to be undone, each with why it stands.
 STANDING: set[tuple[str, str]] = set()
@@ -19,8 +19,8 @@ STANDING: set[tuple[str, str]] = set()
 def _layer_of(path: Path, root: Path) -> tuple[str, int]:
     rel = path.relative_to(root)
     top = rel.parts[0]
-    if top == "flashcheck" and path.stem in TOP:
-        return top, TOP[path.stem]
+    if top == "flashcheck" and len(rel.parts) > 2 and rel.parts[1] in TOP:
+        return top, TOP[rel.parts[1]]
     return top, LAYERS[top]
 
 
@@ -66,7 +66,7 @@ def test_the_check_sees_upward_and_test_tree_imports(tmp_path: Path) -> None:
     for top, text in (("oracles", "def f():\n    from flashcheck.reports.attention import blocking\n"),
                       ("strategies", "import flashcheck.kernels\nfrom flashcheck.tests.zoo import ZOO\n"),
                       ("flashcheck", "from flashcheck import oracles, strategies\n"),
-                      ("reports", "from flashcheck.properties_attention import blocking\n")):
+                      ("reports", "from flashcheck.properties.attention import blocking\n")):
         (tmp_path / top).mkdir()
         (tmp_path / top / "m.py").write_text(text)
     # the shipped suite is at the engine's layer: it may not import reports/, reports/ may import it
@@ -79,7 +79,7 @@ def test_the_check_sees_upward_and_test_tree_imports(tmp_path: Path) -> None:
 
 def test_kernels_run_plain_until_the_engine_attaches_its_hooks() -> None:
     """The kernels load no engine module; the engine's entry points add the interpreter patch and
-    the GPU-fault guard (flashcheck.kernel_hooks) before a kernel runs."""
+    the GPU-fault guard (flashcheck.isolation.hooks) before a kernel runs."""
     import subprocess
     import sys
 
@@ -89,8 +89,8 @@ def test_kernels_run_plain_until_the_engine_attaches_its_hooks() -> None:
         "('kernels', 'oracles'))\n"
         "assert not engine, engine\n"
         "assert not K.registry._CALL_HOOK\n"
-        "import flashcheck.properties\n"
-        "from flashcheck import faults, interpreter\n"
+        "import flashcheck.properties.runner\n"
+        "from flashcheck.isolation import faults\nfrom flashcheck.interpreter import exact as interpreter\n"
         "assert K.registry._CALL_HOOK == [faults.guarded_call]\n"
         "assert interpreter.installed() == K.INTERPRET\n"
         "calls = faults.CALLS[0]\n"
@@ -109,7 +109,7 @@ def test_an_unrelated_pytest_run_loads_no_torch(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from flashcheck.selftest import clean_env
+    from flashcheck.plugin.selftest import clean_env
 
     env = clean_env()  # an author's shell: no supervision or settings inherited from this run
     (tmp_path / "test_other.py").write_text(
@@ -121,3 +121,116 @@ def test_an_unrelated_pytest_run_loads_no_torch(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "flashcheck" in subprocess.run([sys.executable, "-m", "pytest", "--help"], cwd=tmp_path, env=env,
                                           capture_output=True, text=True, timeout=300).stdout
+
+
+# ---- inside the engine ---------------------------------------------------------------------------
+
+#: The engine's rooms, lowest first: a module may import its own room and the rooms below it.
+ENGINE = ("foundation", "interpreter", "fixtures", "isolation", "targets", "properties", "plugin",
+          ("cli", "mutation", "mutants", "suite"))
+FOUNDATION = ("__init__", "atomic", "exitcodes", "records", "families")
+
+
+def _room(module: str) -> int | None:
+    """The engine room of a dotted module under flashcheck (None: not the engine's)."""
+    parts = module.split(".")
+    if parts[0] != "flashcheck":
+        return None
+    if len(parts) == 1 or parts[1] in FOUNDATION:
+        return 0
+    for i, room in enumerate(ENGINE):
+        if parts[1] in (room if isinstance(room, tuple) else (room,)):
+            return i
+    return None
+
+
+def _engine_modules(root: Path) -> dict[str, Path]:
+    mods = {}
+    for p in (root / "flashcheck").rglob("*.py"):
+        if "__pycache__" in p.parts or "regressions" in p.parts:
+            continue
+        rel = p.relative_to(root).with_suffix("")
+        parts = list(rel.parts[:-1]) if rel.name == "__init__" else list(rel.parts)
+        mods[".".join(parts)] = p
+    return mods
+
+
+def _engine_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """module -> the engine modules it imports (at module level or inside functions)."""
+    mods = _engine_modules(root)
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        out: set[str] = set()
+        pkg = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = pkg.split(".")
+                    up = up[:len(up) - node.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+            for t in targets:
+                while t and t not in mods:
+                    t = t.rpartition(".")[0]
+                if t and t != name:
+                    out.add(t)
+        graph[name] = out
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_engine_has_no_import_loops() -> None:
+    assert _cycles(_engine_graph()) == []
+
+
+def test_the_engine_rooms_point_down() -> None:
+    up = sorted((a, b) for a, outs in _engine_graph().items() for b in outs
+                if _room(a) is not None and _room(b) is not None and _room(b) > _room(a))
+    assert up == [], "imports from a lower room of the engine to a higher one: " + ", ".join(f"{a} -> {b}" for a, b in up)
+
+
+def test_the_loop_check_sees_a_loop(tmp_path: Path) -> None:
+    (tmp_path / "flashcheck" / "fixtures").mkdir(parents=True)
+    (tmp_path / "flashcheck" / "__init__.py").write_text("")
+    (tmp_path / "flashcheck" / "fixtures" / "__init__.py").write_text("")
+    (tmp_path / "flashcheck" / "fixtures" / "a.py").write_text("def f():\n    from flashcheck.fixtures import b\n")
+    (tmp_path / "flashcheck" / "fixtures" / "b.py").write_text("from . import a\n")
+    assert _cycles(_engine_graph(tmp_path)) == [["flashcheck.fixtures.a", "flashcheck.fixtures.b"]]

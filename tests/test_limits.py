@@ -1,11 +1,11 @@
-"""Limits, not numerics (issue 18, `flashcheck.limits`): a correct kernel that cannot run an input
+"""Limits, not numerics (issue 18, `flashcheck.properties.limits`): a correct kernel that cannot run an input
 on this device is told which limit it reached and the declaration that skips that input; an fp32
 attention result off by what TF32 matmuls give is told so, and `fp32_dot="tf32"` checks it against
 the derived TF32 bound (`oracles.bounds.dot_input_error`), never a loosened literal.
 
 On the CPU the GPU's exceptions are raised by fake kernels with the same types and messages
 (triton's OutOfResources exists without a GPU); the grid limit by a real Triton kernel under the
-interpreter (`flashcheck.interp_gpu`); TF32 by a kernel that reads its matmul operands as tf32 the
+interpreter (`flashcheck.interpreter.gpu`); TF32 by a kernel that reads its matmul operands as tf32 the
 way the tensor cores do (`interp_gpu.tf32_truncate`).
 """
 from __future__ import annotations
@@ -18,17 +18,17 @@ import triton.language as tl
 from hypothesis import given, settings, strategies as st
 from triton.runtime.errors import OutOfResources
 
-from flashcheck.external import KernelLoadError, apply_capabilities
-from flashcheck.properties import check, check_all
+from flashcheck.targets.external import KernelLoadError, apply_capabilities
+from flashcheck.properties.runner import check, check_all
 from flashcheck.strategies.case import Case
-from flashcheck.interp_gpu import tf32_truncate
+from flashcheck.interpreter.gpu import tf32_truncate
 from flashcheck.kernels import DEVICE, INTERPRET
 from flashcheck.kernels.registry import KernelSpec
-from flashcheck.limits import KernelLimit, classify, diagnosed
+from flashcheck.properties.limits import KernelLimit, classify, diagnosed
 from flashcheck.oracles.bounds import TF32_INPUT, dot_input_error
 from flashcheck.oracles.formats import FP16, FP32
-from flashcheck import properties_attention  # noqa: F401  (registers the attention properties)
-from flashcheck.properties_softmax import CORE_PROPERTIES
+from flashcheck.properties import attention as properties_attention  # noqa: F401  (registers the attention properties)
+from flashcheck.properties.softmax import CORE_PROPERTIES
 from flashcheck.strategies.attention import CLASSES as ATTENTION_CLASSES
 
 
@@ -77,7 +77,7 @@ def test_invalid_argument_launch_names_max_numel() -> None:
 
 def test_declaration_the_hint_names_skips_the_input() -> None:
     """The hint's declaration is a real capability: declared, the input is outside it."""
-    from flashcheck.limits import within_declared_numel
+    from flashcheck.properties.limits import within_declared_numel
 
     kw = apply_capabilities({}, {"max_numel": 4499}, "softmax", "test")
     spec = _spec(past_the_grid, **kw)

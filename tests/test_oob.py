@@ -1,4 +1,4 @@
-"""The interpreter's out-of-bounds check (flashcheck.interp_bounds, docs/interpreter.md).
+"""The interpreter's out-of-bounds check (flashcheck.interpreter.bounds, docs/interpreter.md).
 
 Under TRITON_INTERPRET every load, store and atomic is checked against the view each pointer
 argument was handed; a kernel that reads or writes outside it raises OutOfBoundsAccess naming the
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from flashcheck import kernels
-from flashcheck.interp_bounds import ENV, OutOfBoundsAccess, extent_of
+from flashcheck.interpreter.bounds import ENV, OutOfBoundsAccess, extent_of
 from flashcheck.kernels._common import tl, triton
 from flashcheck.suite.zoo import attention_bugs, softmax_bugs
 

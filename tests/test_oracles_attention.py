@@ -17,8 +17,8 @@ import torch
 from flashcheck.kernels import DEVICE
 from flashcheck.kernels.registry import REGISTRY
 from flashcheck.oracles.attention import attention_oracle
-from flashcheck import properties_attention  # noqa: F401  (registers the attention properties)
-from flashcheck.properties import PROPERTIES
+from flashcheck.properties import attention as properties_attention  # noqa: F401  (registers the attention properties)
+from flashcheck.families import PROPERTIES
 from flashcheck.strategies.case import Case
 
 Q = [[[[0.5, -1.0, 2.0]]]]

@@ -1,4 +1,4 @@
-"""Progress in CI logs (issue 48 item 5, flashcheck.progress): with stdout a file, `flashcheck check`
+"""Progress in CI logs (issue 48 item 5, flashcheck.plugin.progress): with stdout a file, `flashcheck check`
 used to write nothing until the end, and a CI timeout's SIGTERM left an empty log. Now a line
 comes as tests end, each failure at once with its id, and SIGTERM ends the run with the partial
 summary: 1 if a test failed, else 130.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from flashcheck.selftest import clean_env
+from flashcheck.plugin.selftest import clean_env
 
 SLOW = textwrap.dedent('''
     import time
@@ -36,7 +36,7 @@ def _stopped_run(tmp_path: Path, fn: str, wait_for: str) -> tuple[int, str]:
     (tmp_path / "slow.py").write_text(SLOW)
     log = tmp_path / "ci.log"
     with open(log, "w") as out:
-        p = subprocess.Popen([sys.executable, "-m", "flashcheck.cli", "check", f"slow.py:{fn}", "--family", "softmax",
+        p = subprocess.Popen([sys.executable, "-m", "flashcheck.cli.main", "check", f"slow.py:{fn}", "--family", "softmax",
                               "--kernel-dtypes", "fp32", "--no-save-fixtures", "-p", "no:randomly", "-k",
                               "adversarial_class"], cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
                              env=clean_env({"CI": "true", "FLASHCHECK_PROGRESS": "1"}))

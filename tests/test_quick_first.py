@@ -1,4 +1,4 @@
-"""--quick-first N (flashcheck.quick_first): every Hypothesis test first with N examples, then all
+"""--quick-first N (flashcheck.plugin.quick_first): every Hypothesis test first with N examples, then all
 of them with the profile's count; off at 0 and when the profile draws no more than N."""
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[
         "    config.addinivalue_line('markers', 'slow: slow')\n")
     log = tmp_path / "log.jsonl"
     log.unlink(missing_ok=True)
-    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "flashcheck.quick_first", "-p", "no:cacheprovider",
+    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "flashcheck.plugin.quick_first", "-p", "no:cacheprovider",
                         "-p", "no:randomly", *(() if "--hypothesis-profile" in args else ("--hypothesis-profile", "many")),
                         "-v", *args, "test_q.py"],
                        cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "QF_LOG": str(log)})
@@ -96,7 +96,7 @@ def test_off_at_zero_and_when_the_profile_draws_no_more(tmp_path: Path) -> None:
 
 
 def test_the_gpu_tier_runs_a_quick_pass_of_12_unless_told_otherwise(tmp_path: Path) -> None:
-    from flashcheck.profiles import default_quick_first
+    from flashcheck.plugin.profiles import default_quick_first
 
     assert default_quick_first("gpu") == 12 and default_quick_first("ci") == default_quick_first("soak") == 0
     _, gpu = _run(tmp_path, "--hypothesis-profile", "gpu")

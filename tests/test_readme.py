@@ -24,7 +24,7 @@ import pytest
 
 from flashcheck import HOME
 from flashcheck.plugin import SAMPLE_ENV
-from flashcheck.selftest import clean_env
+from flashcheck.plugin.selftest import clean_env
 
 README = HOME / "README.md"
 CI_SCRIPT = HOME / ".ci" / "run"

@@ -1,4 +1,4 @@
-"""A kernel that cleanly refuses a feature it never declared (issue 48 item 4, flashcheck.refusals).
+"""A kernel that cleanly refuses a feature it never declared (issue 48 item 4, flashcheck.properties.refusals).
 
 Before: an attention kernel raising ValueError("shapes do not match") on grouped heads failed every
 test that drew them, each failure repeating "declare gqa=False". Now those examples are left, a
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from flashcheck.selftest import clean_env
+from flashcheck.plugin.selftest import clean_env
 
 ATTENTION = textwrap.dedent('''
     import math
@@ -64,7 +64,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _check(folder: Path, target: str, family: str, *args: str) -> tuple[int, str]:
-    p = subprocess.run([sys.executable, "-m", "flashcheck.cli", "check", target, "--family", family, "--kernel-dtypes",
+    p = subprocess.run([sys.executable, "-m", "flashcheck.cli.main", "check", target, "--family", family, "--kernel-dtypes",
                         "fp32", "--no-save-fixtures", "-p", "no:randomly", "-rs", "--hypothesis-profile", "smoke",
                         *args], cwd=folder, env=clean_env({"CI": "true"}), capture_output=True, text=True, timeout=600)
     return p.returncode, p.stdout + p.stderr

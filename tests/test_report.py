@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flashcheck.external import load_kernel
+from flashcheck.targets.external import load_kernel
 from flashcheck.reports import plots
 from flashcheck.reports.cli import main
 from flashcheck.reports.run import collect

@@ -1,4 +1,4 @@
-"""`flashcheck.sdpa`: a forced SDPA backend that refuses a case raises without a warning.
+"""`flashcheck.properties.attention.sdpa`: a forced SDPA backend that refuses a case raises without a warning.
 
 On a GPU torch warns every reason a forced backend declines (head_dim, dtype, "runtime disabled")
 before raising; the attention report runs every backend on every case, and its output on an H200
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from flashcheck import kernels
-from flashcheck.sdpa import sdpa_output
+from flashcheck.properties.attention.sdpa import sdpa_output
 
 
 def test_a_refused_backend_raises_without_warnings() -> None:

@@ -36,7 +36,7 @@ def test_nan_swallowed_shrinks_to_a_handful_of_elements() -> None:
     # Derandomized, the first failure found is an every-kind case (one row per kind of special
     # value); the shrinker cannot leave that mode (the rows' kinds are its structure), but it shrinks
     # N to 2 and every background to the constant 0: a dozen elements, the specials and zeros.
-    case = find(nan_and_inf_rows(fmt=FP32, max_n=256, strided=False), _wrong("nan_swallowed"), settings=_FIND)
+    case = find(nan_and_inf_rows(dtype=FP32, max_n=256, strided=False), _wrong("nan_swallowed"), settings=_FIND)
     v = to_float64(case.tensors["x"])
     assert np.isnan(v).sum() >= 1
     assert v.size <= 16 and non_background(v) <= 6, f"not shrunk: {v.shape}, {non_background(v)} off the background: {v}"
@@ -44,7 +44,7 @@ def test_nan_swallowed_shrinks_to_a_handful_of_elements() -> None:
 
 def test_zero_padding_shrinks_to_a_short_constant_row() -> None:
     # padding lanes read 0 instead of -inf: any row shorter than its power-of-two block shows it
-    case = find(benign_rows(fmt=FP16, max_n=300, strided=False), _wrong("zero_padding"), settings=_FIND)
+    case = find(benign_rows(dtype=FP16, max_n=300, strided=False), _wrong("zero_padding"), settings=_FIND)
     v = to_float64(case.tensors["x"])
     assert v.shape[0] == 1 and non_background(v) <= 1, f"not shrunk: {v.shape}, {non_background(v)} off the background"
 
@@ -106,8 +106,8 @@ def _run_result(wall: float, *, failed: str | None = None, summary: str = "Asser
 def test_a_kill_counts_only_where_the_unmutated_kernels_pass_the_test(monkeypatch) -> None:
     """An environment that fails every test (Triton 3.6's interpreter under NumPy 2.4 did) once
     "killed" every mutant: each kill is confirmed against the unmodified module, or it is an error."""
-    import flashcheck.killrun as killrun
-    from flashcheck.mutation import runner
+    import flashcheck.plugin.killrun as killrun
+    from flashcheck.mutation import baselines, runner
     from flashcheck.mutation.generate import all_mutants
 
     m = next(x for x in all_mutants(modules=["attention_merge"]) if x.operator == "off_by_one")
@@ -128,8 +128,8 @@ def test_a_helper_mutant_the_suite_misses_runs_the_helpers_own_test(monkeypatch)
     """A slip in the interpreter's bf16 emulation stays inside every bound: where the suite passes
     such a mutant, the helpers' exactness self-test runs (without --family, which keeps only tests
     that check a kernel), and its kill is confirmed the same way."""
-    import flashcheck.killrun as killrun
-    from flashcheck.mutation import runner
+    import flashcheck.plugin.killrun as killrun
+    from flashcheck.mutation import baselines, runner
     from flashcheck.mutation.generate import all_mutants
 
     m = next(x for x in all_mutants(modules=["_common"]) if x.function == "store_f32")
@@ -154,8 +154,8 @@ def test_a_helper_mutant_the_suite_misses_runs_the_helpers_own_test(monkeypatch)
 def test_a_baseline_verdict_is_saved_for_the_next_process(monkeypatch, tmp_path) -> None:
     """A compiled baseline costs minutes and each device call is a new process: its verdict is
     kept beside the store, for this code only, and a timeout (maybe load) is not kept."""
-    import flashcheck.killrun as killrun
-    from flashcheck.mutation import runner
+    import flashcheck.plugin.killrun as killrun
+    from flashcheck.mutation import baselines, runner
 
     calls = []
 
@@ -164,13 +164,13 @@ def test_a_baseline_verdict_is_saved_for_the_next_process(monkeypatch, tmp_path)
         return _run_result(7.0, timed_out=args[0] == "t.py::test_slow")
 
     monkeypatch.setattr(killrun, "run_pytest", fake)
-    monkeypatch.setattr(runner, "BASELINE_FILE", runner.baselines_file(tmp_path / "store.json"))
+    monkeypatch.setattr(baselines, "BASELINE_FILE", baselines.baselines_file(tmp_path / "store.json"))
     for _ in range(2):  # two processes: the in-process cache starts empty in each
         monkeypatch.setattr(runner, "_BASELINE", {})
         assert runner.baseline_run("softmax", "softmax", "t.py::test_ok", timeout=9) == (None, 7.0)
         assert runner.baseline_run("softmax", "softmax", "t.py::test_slow", timeout=9)[0].endswith("(timed out)")
     assert calls == ["t.py::test_ok", "t.py::test_slow", "t.py::test_slow"]
-    monkeypatch.setattr(runner, "_code_digest", lambda test_file: "other code")
+    monkeypatch.setattr(baselines, "_code_digest", lambda test_file: "other code")
     monkeypatch.setattr(runner, "_BASELINE", {})
     runner.baseline_run("softmax", "softmax", "t.py::test_ok", timeout=9)
     assert calls[-1] == "t.py::test_ok"
@@ -181,9 +181,9 @@ def test_a_kill_by_a_quick_copy_is_confirmed_on_the_test_it_copies(monkeypatch, 
     `test_x_quick[...]`, which exists only after collection: its baseline and a later run's first
     test name the test it copies. Naming the copy selected nothing (pytest's exit 4), and a GPU
     machine's mutation run recorded 55 kills as errors (fourteenth session)."""
-    import flashcheck.killrun as killrun
-    from flashcheck.mutation import runner
-    from flashcheck.quick_first import selectable_nodeid
+    import flashcheck.plugin.killrun as killrun
+    from flashcheck.mutation import baselines, runner
+    from flashcheck.plugin.quick_first import selectable_nodeid
 
     base = "flashcheck/suite/test_softmax.py::test_adversarial_class[softmax_split-fp16-benign]"
     quick = base.replace("test_adversarial_class[", "test_adversarial_class_quick[")
@@ -192,7 +192,7 @@ def test_a_kill_by_a_quick_copy_is_confirmed_on_the_test_it_copies(monkeypatch, 
     assert selectable_nodeid("t.py::test_y[a_quick]") == "t.py::test_y[a_quick]"
     calls = []
     monkeypatch.setattr(killrun, "run_pytest", lambda args, **kw: calls.append(args[0]) or _run_result(3.0))
-    monkeypatch.setattr(runner, "BASELINE_FILE", runner.baselines_file(tmp_path / "store.json"))
+    monkeypatch.setattr(baselines, "BASELINE_FILE", baselines.baselines_file(tmp_path / "store.json"))
     monkeypatch.setattr(runner, "_BASELINE", {})
     assert runner.baseline_run("softmax", "softmax", quick, timeout=9) == (None, 3.0)
     assert calls == [base]
@@ -202,7 +202,7 @@ def test_a_kill_by_a_quick_copy_is_confirmed_on_the_test_it_copies(monkeypatch, 
 def test_a_first_test_recorded_in_a_checkout_is_found_in_an_installed_package(monkeypatch, tmp_path) -> None:
     """The interpreter's store names suite tests from a checkout (`flashcheck/suite/...`); an
     installed package's suite is `suite/...` under its own folder: --first-test-from finds them there."""
-    from flashcheck.mutation import runner
+    from flashcheck.mutation import baselines, runner
 
     (tmp_path / "suite").mkdir()
     (tmp_path / "suite" / "test_softmax.py").write_text("")
@@ -220,8 +220,8 @@ def test_a_first_test_from_another_store_runs_alone_and_decides_only_a_kill(monk
     """--first-test-from: the test that killed the same mutant elsewhere runs alone first (a compiled
     suite costs a binary per launch variant); passing it decides nothing, so the whole suite runs,
     or with --first-test-only the mutant stays undecided."""
-    import flashcheck.killrun as killrun
-    from flashcheck.mutation import runner
+    import flashcheck.plugin.killrun as killrun
+    from flashcheck.mutation import baselines, runner
     from flashcheck.mutation.generate import all_mutants
 
     m = next(x for x in all_mutants(modules=["attention_merge"]) if x.operator == "off_by_one")
@@ -251,8 +251,8 @@ def test_a_first_test_from_another_store_runs_alone_and_decides_only_a_kill(monk
 def test_a_timeout_counts_as_caught_only_far_past_the_unmutated_time(monkeypatch, unmutated_wall, expect) -> None:
     """A mutant stuck in one test is "hung" (caught) only where the unmutated kernels pass that test
     in a small fraction of the time the mutant spent in it; nearer, it may be load, and stays undecided."""
-    import flashcheck.killrun as killrun
-    from flashcheck.mutation import runner
+    import flashcheck.plugin.killrun as killrun
+    from flashcheck.mutation import baselines, runner
     from flashcheck.mutation.generate import all_mutants
 
     m = next(x for x in all_mutants(modules=["attention_merge"]) if x.operator == "off_by_one")
@@ -271,7 +271,7 @@ def test_a_timeout_counts_as_caught_only_far_past_the_unmutated_time(monkeypatch
 
 
 def test_a_run_past_its_time_limit_names_the_test_it_was_stuck_in(tmp_path) -> None:
-    from flashcheck.killrun import run_pytest
+    from flashcheck.plugin.killrun import run_pytest
 
     (tmp_path / "test_stuck.py").write_text("import time\n\ndef test_fast():\n    pass\n\n"
                                             "def test_stuck():\n    time.sleep(600)\n")
@@ -388,7 +388,7 @@ def test_a_sanitizer_kill_counts_only_where_the_unmutated_sweep_is_clean(monkeyp
     unmutated; a clean run decides nothing (only memory safety was looked at)."""
     import subprocess
 
-    from flashcheck.mutation import runner, sanitizer
+    from flashcheck.mutation import baselines, runner, sanitizer
     from flashcheck.mutation.generate import all_mutants
     from flashcheck.mutation.probe import MUTANT_ENV
 
@@ -405,7 +405,7 @@ def test_a_sanitizer_kill_counts_only_where_the_unmutated_sweep_is_clean(monkeyp
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # one GPU: no driver asked
     monkeypatch.setattr(subprocess, "run", fake)
     monkeypatch.setattr(sanitizer, "CASES", "splits=3 lse float16")
-    monkeypatch.setattr(runner, "BASELINE_FILE", runner.baselines_file(tmp_path / "store.json"))
+    monkeypatch.setattr(baselines, "BASELINE_FILE", baselines.baselines_file(tmp_path / "store.json"))
     r = runner.run_mutant(m, timeout=60)
     assert r["status"] == expect, r
     assert all(e["PYTORCH_NO_CUDA_MEMORY_CACHING"] == "1" for e in seen)  # every tensor its own allocation
@@ -420,7 +420,7 @@ def test_job_slots_spread_over_the_gpus(monkeypatch) -> None:
     """With G GPUs each job slot (a pool thread) runs its mutants on GPU slot mod G, put first."""
     import threading
 
-    from flashcheck.mutation import runner
+    from flashcheck.mutation import baselines, runner
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
     monkeypatch.setattr(runner, "_SLOTS", iter(range(100)))

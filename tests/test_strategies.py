@@ -30,7 +30,7 @@ from flashcheck.strategies.attention_features import FEATURES as ATTENTION_FEATU
 from flashcheck.strategies.case import Case
 from flashcheck.strategies.records import Feature, pow2 as _pow2
 from flashcheck.strategies.softmax import CLASSES
-from flashcheck.fixtures import storage_of
+from flashcheck.fixtures.store import storage_of
 from flashcheck.suite import seed_key
 
 NEG_INF = -math.inf

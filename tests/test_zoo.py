@@ -22,9 +22,9 @@ from flashcheck import kernels
 from flashcheck.kernels.registry import REGISTRY
 from flashcheck.oracles.compare import compare_softmax
 from flashcheck.oracles.formats import format_of, to_float64
-from flashcheck.fixtures import storage_of
-from flashcheck.properties import PROPERTIES
-from flashcheck.interp_bounds import OutOfBoundsAccess
+from flashcheck.fixtures.store import storage_of
+from flashcheck.families import PROPERTIES
+from flashcheck.interpreter.bounds import OutOfBoundsAccess
 from flashcheck.suite.zoo import ZooKernel, zoo
 
 ZOO = {z.name: z for z in zoo()}
@@ -61,7 +61,7 @@ def _softmax_wrong_values(fn, kw: dict) -> bool:
 def _attention_wrong(fn, kw: dict, caps: dict | None = None) -> bool:
     """Whether any core attention property (oracle bound, lse bound, special values, ...) fails
     on the trigger, for `fn` declared with `caps` (its own `flashcheck` attribute wins)."""
-    from flashcheck import properties_attention as pa
+    from flashcheck.properties import attention as pa
     from flashcheck.strategies.case import Case
     from flashcheck.kernels.registry import KernelSpec
 
@@ -173,7 +173,7 @@ def test_the_default_suite_catches_it(name: str) -> None:
 
 @pytest.mark.skipif(not kernels.INTERPRET, reason="about the interpreter: a GPU's tl.maximum is maxnum anyway")
 def test_exp_clamp_nan_is_seen_through_the_gpu_max(monkeypatch: pytest.MonkeyPatch) -> None:
-    """exp_clamp_nan is caught on the CPU only because flashcheck.interp_gpu gives tl.maximum the
+    """exp_clamp_nan is caught on the CPU only because flashcheck.interpreter.gpu gives tl.maximum the
     GPU's maxnum semantics: with Triton's own NaN-propagating max the broken kernel is right."""
     import triton.runtime.interpreter as interp
 

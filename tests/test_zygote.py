@@ -1,4 +1,4 @@
-"""flashcheck.zygote: a forked pytest run reports what a subprocess would (status, output, the run's
+"""flashcheck.isolation.zygote: a forked pytest run reports what a subprocess would (status, output, the run's
 own environment and directory), a timeout kills the child and everything it started, and runs the
 server cannot take fall back to subprocesses."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from flashcheck import zygote
-from flashcheck.selftest import clean_env
+from flashcheck.isolation import zygote
+from flashcheck.plugin.selftest import clean_env
 
 pytestmark = pytest.mark.skipif(not zygote.usable(), reason="fork servers serve CPU runs on POSIX only")
 

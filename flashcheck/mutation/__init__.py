@@ -7,12 +7,12 @@ of the file is kept byte for byte, so a mutant's diff is one line), and runs the
 against each mutant, one at a time, in a subprocess:
 
     CI=true pytest <family test files> --family F -k "<specs whose code the mutant changes>" -x
-           --no-save-fixtures -p flashcheck.mutation.probe -p flashcheck.killrun
+           --no-save-fixtures -p flashcheck.mutation.probe -p flashcheck.plugin.killrun
 
 with FLASHCHECK_MUTANT naming the mutated source: `flashcheck.mutation.probe`, loaded as a pytest
 plugin, installs an import hook before anything imports `flashcheck.kernels`, so
 `flashcheck.kernels.<module>` is the mutated file (Triton reads the kernels' source from it too).
-Hypothesis's shrink phase is skipped (flashcheck/killrun.py's switch, the suite-in-a-subprocess
+Hypothesis's shrink phase is skipped (flashcheck/plugin/killrun.py's switch, the suite-in-a-subprocess
 runner the kill matrix uses too): only "is it caught" matters.
 
 Outcome per mutant: killed (the catching test, the property, the exception), survived, timed out,

@@ -167,6 +167,7 @@ def _attention_probe_inputs() -> Iterator[tuple[str, dict[str, Any]]]:
                                       max_seqlen_k=max(lens_k), causal=True, causal_align="bottom_right")
 
 
+_PROBE_INPUTS = {"softmax": _softmax_probe_inputs, "attention": _attention_probe_inputs}
 _PUBLIC = {"softmax": ("softmax_row", "softmax_online", "softmax_split"), "attention": ("attention",)}
 # Each function with its defaults and, on a GPU, with the small chunks the suite also tunes it to
 # (kernels/specs.py SMALL_CHUNKS): a GPU's defaults (4096 lanes, 32768-column spans merged 1024 at a
@@ -193,7 +194,7 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
     """Run the mutated and the original public functions on fixed inputs and compare bits."""
     import importlib
 
-    from flashcheck import kernel_hooks
+    from flashcheck.isolation import hooks as kernel_hooks
 
     mutated = importlib.import_module(f"flashcheck.kernels.{spec['module']}")
     from flashcheck.kernels.specs import SMALL_CHUNKS  # after the mutant: it imports the family modules
@@ -206,7 +207,10 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
         mutated = importlib.import_module(f"flashcheck.kernels.{family}")
         original = _load_original_with(spec["module"], family, Path(spec["path"]).parent)
     count = 0
-    inputs = _softmax_probe_inputs() if family == "softmax" else _attention_probe_inputs()
+    if family not in _PROBE_INPUTS:
+        raise SystemExit(f"flashcheck mutation probe: no probe inputs for family {family!r}: add its own to "
+                         "_PROBE_INPUTS (the inputs its kernels' public functions take)")
+    inputs = _PROBE_INPUTS[family]()
     for label, inp in inputs:
         kwargs = dict(inp) if isinstance(inp, dict) else {"x": inp}
         only = kwargs.pop("_fn", None)  # a probe for one public function (varlen)

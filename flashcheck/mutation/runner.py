@@ -1,10 +1,8 @@
-"""Running mutants: the family's suite against one mutant in a subprocess (flashcheck.killrun's
+"""Running mutants: the family's suite against one mutant in a subprocess (flashcheck.plugin.killrun's
 `run_pytest`, shared with the kill matrix), its outcome, and the JSON store runs add up in."""
 from __future__ import annotations
 
 import datetime as _dt
-import functools
-import hashlib
 import itertools
 import json
 import os
@@ -18,7 +16,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from flashcheck import HOME, SUITE, atomic
-from flashcheck.mutation import sanitizer
+from flashcheck.mutation import baselines, sanitizer
+from flashcheck.mutation.baselines import _save_baseline, _saved_baseline, baselines_file
 from flashcheck.mutation.generate import ALL_TARGETS, Mutant, Target
 from flashcheck.mutation.probe import MUTANT_ENV, NO_PROBE_ENV
 
@@ -41,7 +40,7 @@ FIRST_TEST_ONLY = False
 def first_tests_from(store: dict[str, dict[str, Any]]) -> dict[str, str]:
     """key -> killing test node id (as this installation names it), for every mutant `store`
     records as killed."""
-    from flashcheck.quick_first import selectable_nodeid
+    from flashcheck.plugin.quick_first import selectable_nodeid
 
     return {k: _local_nodeid(selectable_nodeid(r["caught_by_test"])) for k, r in store.items()
             if r.get("status") == "killed" and r.get("caught_by_test")}
@@ -109,7 +108,7 @@ def classify(rc: int, timed_out: bool, failed: bool, probe_result: dict[str, Any
 
 
 def _probe_first(spec_file: Path, probe_out: Path, timeout: float) -> dict[str, Any] | None:
-    from flashcheck.killrun import clean_env
+    from flashcheck.plugin.killrun import clean_env
 
     env = clean_env()
     env.update({MUTANT_ENV: str(spec_file), **gpu_env()})
@@ -134,50 +133,6 @@ def _install_spec(tmp: Path, module: str, family: str, source: str, specs: tuple
 
 _BASELINE: dict[tuple[str, str], Any] = {}  # (module, test node id) -> Future[(why | None, wall s)]
 _BASELINE_LOCK = threading.Lock()
-#: Where baseline verdicts persist (`<store>_baselines.json`, set by `run`), keyed by the unmutated
-#: module's source hash and the test: a compiled baseline costs minutes, and a device session's
-#: calls each start a fresh process.
-BASELINE_FILE: Path | None = None
-
-
-@functools.lru_cache(maxsize=None)
-def _code_digest(test_file: str) -> str:
-    """sha256 over what a test's verdict depends on: kernels/, oracles/, strategies/, the engine
-    (flashcheck/*.py, not the mutation tool), the suite's conftest and the test's own file. A saved
-    baseline holds only for that code."""
-    h = hashlib.sha256()
-    files = [p for top in ("kernels", "oracles", "strategies") for p in sorted((HOME / top).rglob("*.py"))]
-    files += sorted((HOME / "flashcheck").glob("*.py")) + [HOME / "flashcheck" / "suite" / "conftest.py", HOME / test_file]
-    for p in files:
-        if p.is_file():
-            h.update(str(p.relative_to(HOME)).encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
-
-
-def _baseline_key(module: str, nodeid: str) -> str:
-    return f"{_code_digest(nodeid.split('::')[0])}:{module}:{nodeid}"
-
-
-def baselines_file(store: Path) -> Path:
-    return store.with_name(store.stem + "_baselines.json")
-
-
-def _saved_baseline(module: str, nodeid: str) -> tuple[str | None, float] | None:
-    if BASELINE_FILE is None or not BASELINE_FILE.exists():
-        return None
-    got = json.loads(BASELINE_FILE.read_text()).get(_baseline_key(module, nodeid))
-    return (got["why"], got["wall"]) if got else None
-
-
-def _save_baseline(module: str, nodeid: str, why: str | None, wall: float) -> None:
-    if BASELINE_FILE is None:
-        return
-    with _STORE_LOCK:
-        saved = json.loads(BASELINE_FILE.read_text()) if BASELINE_FILE.exists() else {}
-        saved[_baseline_key(module, nodeid)] = {"why": why, "wall": wall}
-        atomic.write_text(BASELINE_FILE, json.dumps(saved, indent=1))
-
-
 def baseline_run(module: str, family: str, nodeid: str, *, timeout: float) -> tuple[str | None, float]:
     """Run the test that decided a mutant against the unmodified module, installed the way mutants
     are: (None, wall seconds) when it passes, else (why, wall). A kill counts only where it passes:
@@ -186,9 +141,9 @@ def baseline_run(module: str, family: str, nodeid: str, *, timeout: float) -> tu
     whole run."""
     from concurrent.futures import Future
 
-    from flashcheck.killrun import run_pytest
+    from flashcheck.plugin.killrun import run_pytest
     from flashcheck.mutation.generate import module_file
-    from flashcheck.quick_first import selectable_nodeid
+    from flashcheck.plugin.quick_first import selectable_nodeid
 
     with _BASELINE_LOCK:
         fut = _BASELINE.get((module, nodeid))
@@ -229,7 +184,7 @@ def baseline_run(module: str, family: str, nodeid: str, *, timeout: float) -> tu
 #: this many times longer than the whole unmutated run of that test (pytest's start included), and
 #: the unmutated run passed. Under that margin machine load cannot explain it: the mutant made the
 #: kernel loop far past its bounds (under the interpreter) or never return, which a per-test timeout
-#: (flashcheck.tiers) turns into a failed test in the user's CI.
+#: (flashcheck.plugin.tiers) turns into a failed test in the user's CI.
 HANG_FACTOR = 5.0
 
 
@@ -249,7 +204,7 @@ def run_mutant(m: Mutant, *, timeout: float, probe_first: bool = False) -> dict[
     """Run the suite against one mutant. probe_first: run the bit-equivalence probe before the suite
     and skip the suite when the mutant is bit-identical on every probe (status
     equivalent_candidate, `suite_skipped`): on a loaded CPU a survivor costs the whole suite."""
-    from flashcheck.killrun import run_pytest
+    from flashcheck.plugin.killrun import run_pytest
 
     tmp = Path(tempfile.mkdtemp(prefix="mutant-"))
     spec_file, probe_out = _install_spec(tmp, m.module, m.family, m.source, m.specs)
@@ -335,9 +290,9 @@ _SLOTS = itertools.count()
 
 def gpu_env() -> dict[str, str]:
     """With several GPUs, each of the pool's threads (a job slot) runs its mutants on its own GPU
-    (slot mod G), put first in CUDA_VISIBLE_DEVICES as xdist workers are (flashcheck.devices):
+    (slot mod G), put first in CUDA_VISIBLE_DEVICES as xdist workers are (flashcheck.plugin.devices):
     compiled mutants spend their time compiling on the CPU, and G GPUs take G times the jobs."""
-    from flashcheck.devices import VISIBLE, gpu_count, rotated, visible_devices
+    from flashcheck.plugin.devices import VISIBLE, gpu_count, rotated, visible_devices
 
     devices = visible_devices(os.environ, gpu_count) or []
     if len(devices) < 2:
@@ -399,8 +354,7 @@ def decided(results: dict[str, dict[str, Any]], key: str) -> bool:
 
 def run(mutants: list[Mutant], *, jobs: int, timeout: float, store: Path, resume: bool, probe_first: bool = False,
         log: Callable[[str], None] = print) -> dict[str, dict[str, Any]]:
-    global BASELINE_FILE
-    BASELINE_FILE = baselines_file(store)
+    baselines.BASELINE_FILE = baselines_file(store)
     results = load_store(store)
     todo = [m for m in mutants if not (resume and decided(results, m.key))]
     log(f"{len(mutants)} mutants selected, {len(mutants) - len(todo)} already in {store}, running {len(todo)}")

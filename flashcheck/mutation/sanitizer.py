@@ -63,7 +63,7 @@ def parse(text: str) -> dict[str, Any]:
 
 def run(env_extra: dict[str, str], *, timeout: float) -> dict[str, Any]:
     """The selected sweep cases under memcheck, the mutant (if env_extra names one) in place."""
-    from flashcheck.killrun import clean_env
+    from flashcheck.plugin.killrun import clean_env
 
     env = clean_env()
     env.update(env_extra)
@@ -83,7 +83,7 @@ def run(env_extra: dict[str, str], *, timeout: float) -> dict[str, Any]:
 def baseline(module: str, *, timeout: float) -> str | None:
     """None when the selected cases are clean under memcheck on the unmutated kernels, else why
     not. Run once per code digest and selection (saved beside the store)."""
-    from flashcheck.mutation import runner
+    from flashcheck.mutation import baselines as runner
 
     nodeid = f"{SWEEP}::{CASES}"
     with _BASELINE_LOCK:

@@ -10,18 +10,20 @@ import pytest
 # Before NumPy loads its BLAS: the oracles' float64 products are small, one thread per process.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from flashcheck import devices, profiles  # noqa: E402
+from flashcheck.plugin import devices  # noqa: E402
+
+from flashcheck.plugin import profiles
 
 devices.assign_worker_gpu()  # first: before anything asks torch for a GPU (one GPU per xdist worker)
 
 from hypothesis import settings  # noqa: E402
 
 from flashcheck import kernels  # noqa: E402,F401  (switches on the interpreter before anything imports triton)
-from flashcheck import compile_lock  # noqa: E402
+from flashcheck.isolation import compile_lock  # noqa: E402
 
 compile_lock.install()  # on a GPU: xdist workers needing one binary compile it once
 
-pytest_plugins = ["flashcheck.plugin", "flashcheck.tiers", "flashcheck.quick_first"]
+pytest_plugins = ["flashcheck.plugin", "flashcheck.plugin.tiers", "flashcheck.plugin.quick_first"]
 
 profiles.register_profiles()
 settings.load_profile(profiles.default_profile())

@@ -1,6 +1,6 @@
 """Property tests for every registered attention-family kernel, for every dtype it supports.
 
-The properties live in `flashcheck.properties_attention` (engine code, registered by name for
+The properties live in `flashcheck.properties.attention` (engine code, registered by name for
 the fixtures); this module only parametrizes and drives them. Each adversarial class of
 NUMERICS.md section 4 items 13-14 gets its own Hypothesis test, drawn within what the kernel
 declares (KernelSpec's attention fields: a feature it lacks is never drawn); every example is
@@ -19,19 +19,19 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from flashcheck import properties_attention as pa
-from flashcheck.fit import fitted, nothing_to_draw
-from flashcheck.launches import RELATIONS, Launch
-from flashcheck.properties import check
+from flashcheck.properties import attention as pa
+from flashcheck.properties.fit import fitted, nothing_to_draw
+from flashcheck.plugin.launches import RELATIONS, Launch
+from flashcheck.properties.runner import check, check_all
 from flashcheck.strategies.case import Case
 from flashcheck.kernels import DEVICE, INTERPRET
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.oracles.attention import attention_oracle
 from flashcheck.oracles.formats import format_of, to_float64
-from flashcheck.properties_attention import (
+from flashcheck.properties.attention import (
     CORE_PROPERTIES, METAMORPHIC_PROPERTIES, VARLEN_PROPERTIES, fit_to_declarations, outcome,
 )
-from flashcheck.sdpa import sdpa_error_ratio, sdpa_output
+from flashcheck.properties.attention.sdpa import sdpa_error_ratio, sdpa_output
 from flashcheck.strategies.attention import (
     CLASS_FEATURES, CLASSES, LAYOUTS, ODD_HEAD_DIMS, Caps, Shapes, attention_cases, case_inputs, class_strategy,
     is_varlen,
@@ -60,7 +60,7 @@ _DRAWS_AIM = "draws aim at declared head dims and square_only, not yet at the ot
 def _fit(spec: KernelSpec, case: Case) -> Case:
     """Reject a drawn case the kernel's declarations exclude (never call it on one). When a
     class draws nothing the declarations allow (e.g. only N = 128 on a CPU whose draws stay
-    short), the test is skipped saying so, never failed (flashcheck.fit)."""
+    short), the test is skipped saying so, never failed (flashcheck.properties.fit)."""
     return fitted(spec, case, fit_to_declarations, hint=_DRAWS_AIM)
 
 
@@ -83,8 +83,7 @@ def _skip_undeclared(spec: KernelSpec, cls: str) -> None:
 def test_adversarial_class(spec: KernelSpec, dtype: torch.dtype, cls: str, data: st.DataObject) -> None:
     _skip_undeclared(spec, cls)
     case = _fit(spec, data.draw(_class_strategy(spec, dtype, cls), label="case"))
-    for name in CORE_PROPERTIES + (VARLEN_PROPERTIES if is_varlen(case) else ()):
-        check(spec, name, case)
+    check_all(spec, CORE_PROPERTIES + (VARLEN_PROPERTIES if is_varlen(case) else ()), case)
 
 
 # One test per relation: each compiles its own launch variants (configs, tunings, layouts), so
@@ -97,7 +96,7 @@ def test_metamorphic(spec: KernelSpec, dtype: torch.dtype, relation: str, data: 
     check(spec, relation, case)
 
 
-# The launch relations, one item per config or tuning (flashcheck.launches).
+# The launch relations, one item per config or tuning (flashcheck.plugin.launches).
 @given(data=st.data())
 def test_launches(spec: KernelSpec, dtype: torch.dtype, launch: Launch, data: st.DataObject) -> None:
     case = _fit(spec, data.draw(attention_cases(dtype=dtype, caps=Caps.of(spec), shapes=Shapes.of(spec), **META_LIMITS), label="case"))
@@ -144,8 +143,7 @@ def test_special_cases(spec: KernelSpec, dtype: torch.dtype, which: str) -> None
     if lacking or opts.get("causal_align", "top_left") not in spec.causal_align:
         pytest.skip(f"{spec.name} does not declare {lacking or opts['causal_align']}")
     case = _fixed_or_skip(spec, _fixed_case(dtype, **opts))
-    for name in CORE_PROPERTIES + ("ones_v", "hidden_and_layout_invariance"):
-        check(spec, name, case)
+    check_all(spec, CORE_PROPERTIES + ("ones_v", "hidden_and_layout_invariance"), case)
 
 
 def test_nan_in_visible_key_and_value(spec: KernelSpec, dtype: torch.dtype) -> None:
@@ -156,8 +154,7 @@ def test_nan_in_visible_key_and_value(spec: KernelSpec, dtype: torch.dtype) -> N
     case.tensors["v"][1, 0, 2, 5] = float("nan")
     case.tensors["k"][1, 1, 6, 0] = float("nan")  # hidden (kv_len 4): must not leak
     case.tensors["v"][1, 1, 5, 1] = float("nan")  # hidden
-    for name in CORE_PROPERTIES:
-        check(spec, name, case)
+    check_all(spec, CORE_PROPERTIES, case)
     y = to_float64(outcome(spec, case).out)
     assert np.isnan(y[0, 1]).all() and np.isnan(y[1, 0, :, 5]).all()
     assert np.isfinite(y[1, 1]).all() and np.isfinite(y[0, 0]).all()

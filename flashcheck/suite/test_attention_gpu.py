@@ -26,12 +26,16 @@ import numpy as np
 import pytest
 import torch
 
-from flashcheck import devices, faults, kernels
-from flashcheck.external import declared_as
+from flashcheck import kernels
+
+from flashcheck.plugin import devices
+
+from flashcheck.isolation import faults
+from flashcheck.targets.external import declared_as
 from flashcheck.kernels.registry import KernelSpec
-from flashcheck.limits import within_declared_numel
+from flashcheck.properties.limits import within_declared_numel
 from flashcheck.oracles.attention import attention_oracle, compare_attention
-from flashcheck.properties_attention_outcome import _call, blocking, fp32_dot
+from flashcheck.properties.attention.outcome import _call, blocking, fp32_dot
 
 pytestmark = pytest.mark.skipif(kernels.INTERPRET, reason="GPU only: storages of more than 2^31 elements are "
                                 "out of reach of the Triton interpreter")

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-from flashcheck import isolation
-from flashcheck.isolation import BAD_FIXTURE
-from flashcheck.fixtures import FixtureError, Replay, case_of, fixture_paths, plan_replays, replay_dirs
-from flashcheck.properties import check
+from flashcheck import families
+
+from flashcheck.isolation import journal as isolation
+from flashcheck.isolation.journal import BAD_FIXTURE
+from flashcheck.fixtures.store import FixtureError, Replay, case_of, fixture_paths, plan_replays, replay_dirs
+from flashcheck.properties.runner import check
 from flashcheck.kernels import DEVICE
 
 
@@ -57,10 +59,8 @@ def test_replay_fixture(fixture: Replay, request: pytest.FixtureRequest) -> None
         case = case_of(fixture.payload, DEVICE, fixture.path)
     except FixtureError as e:
         _bad(request, str(e))
-    if fixture.spec.family == "attention":  # a fixture recorded before a declaration narrowed the kernel
-        from flashcheck.properties_attention import fit_to_declarations
-
-        if fit_to_declarations(fixture.spec, case) is None:
-            pytest.skip(f"{fixture.path.name}: its input needs what {fixture.spec.name} does not declare ({case!r})")
+    # a fixture recorded before a declaration narrowed the kernel
+    if families.get(fixture.spec.family).module("properties").fit_to_declarations(fixture.spec, case) is None:
+        pytest.skip(f"{fixture.path.name}: its input needs what {fixture.spec.name} does not declare ({case!r})")
     isolation.note_fixture(fixture.path)  # a crash here is this fixture's (no second fixture of it)
     check(fixture.spec, fixture.payload["property"], case)

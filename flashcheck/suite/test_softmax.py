@@ -11,15 +11,15 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from flashcheck.external import declared_as
-from flashcheck.fixtures import MAX_VIEW_BYTES
-from flashcheck.properties import check_all
+from flashcheck.targets.external import declared_as
+from flashcheck.fixtures.store import MAX_VIEW_BYTES
+from flashcheck.properties.runner import check_all
 from flashcheck.strategies.case import Case
-from flashcheck.fit import fitted
+from flashcheck.properties.fit import fitted
 from flashcheck.kernels import DEVICE, INTERPRET
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.oracles.formats import format_of
-from flashcheck.properties_softmax import CORE_PROPERTIES, FAMILY, fit_to_declarations  # noqa: F401  (FAMILY: the suite this module is)
+from flashcheck.properties.softmax import CORE_PROPERTIES, FAMILY, fit_to_declarations  # noqa: F401  (FAMILY: the suite this module is)
 from flashcheck.strategies.softmax import CLASSES, declared_size_rows
 
 # Longest rows drawn: the interpreter runs kernels in NumPy, the GPU in microseconds.
@@ -40,18 +40,17 @@ def max_n_for(spec: KernelSpec, cap: int = MAX_N) -> int:
 
 def long_enough(spec: KernelSpec, case: Case) -> Case:
     """The case, if its rows are as long as the kernel declares it needs (else Hypothesis rejects
-    it, and a test that draws nothing the kernel takes is skipped saying so: flashcheck.fit)."""
+    it, and a test that draws nothing the kernel takes is skipped saying so: flashcheck.properties.fit)."""
     return fitted(spec, case, fit_to_declarations)
 
 
 @pytest.mark.parametrize("cls", sorted(CLASSES))
 @given(data=st.data())
 def test_adversarial_class(spec: KernelSpec, dtype: torch.dtype, cls: str, data: st.DataObject) -> None:
-    fmt = format_of(dtype)
     strategy = CLASSES[cls]
     strided = not spec.contiguous_only
-    case = data.draw(strategy(fmt=fmt, max_n=max_n_for(spec, 24), strided=strided) if cls == "elementwise"
-                     else strategy(fmt=fmt, max_n=max_n_for(spec), strided=strided), label="case")
+    case = data.draw(strategy(dtype=dtype, max_n=max_n_for(spec, 24), strided=strided) if cls == "elementwise"
+                     else strategy(dtype=dtype, max_n=max_n_for(spec), strided=strided), label="case")
     check_all(spec, CORE_PROPERTIES, long_enough(spec, case))
 
 
@@ -68,7 +67,7 @@ def test_declared_sizes(spec: KernelSpec, dtype: torch.dtype, data: st.DataObjec
     if not any(spec.min_n <= v <= max_n for s in spec.sizes for v in (s - 1, s, s + 1)):
         pytest.skip(f"nothing to check: no length next to the declared {declared_as(spec, 'sizes')} lies in "
                     f"[{spec.min_n}, {max_n}]")
-    case = data.draw(declared_size_rows(fmt=format_of(dtype), sizes=spec.sizes, min_n=spec.min_n, max_n=max_n,
+    case = data.draw(declared_size_rows(dtype=dtype, sizes=spec.sizes, min_n=spec.min_n, max_n=max_n,
                                         strided=not spec.contiguous_only), label="case")
     check_all(spec, CORE_PROPERTIES, case)
 

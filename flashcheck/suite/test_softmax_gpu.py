@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from flashcheck import devices, kernels
-from flashcheck.external import declared_as
+from flashcheck import kernels
+
+from flashcheck.plugin import devices
+from flashcheck.targets.external import declared_as
 from flashcheck.kernels.registry import KernelSpec, get, kernels as registered
-from flashcheck.limits import diagnosed, within_declared_numel
+from flashcheck.properties.limits import diagnosed, within_declared_numel
 from flashcheck.oracles.compare import compare_softmax
 from flashcheck.oracles.formats import FLOAT_DTYPES, format_of, to_float64
 

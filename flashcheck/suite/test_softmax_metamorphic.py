@@ -1,7 +1,7 @@
 """Metamorphic and memory properties of every registered softmax kernel (NUMERICS.md section 4):
 the tests that draw cases for them. The properties themselves (shift invariance, permutation
 equivariance, configs and tunings, determinism, guard bands, NaN guard data) are package code,
-documented in `flashcheck.properties_softmax`."""
+documented in `flashcheck.properties.softmax`."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,12 +10,12 @@ import torch
 from hypothesis import given, strategies as st
 from hypothesis.strategies import composite
 
-from flashcheck.launches import Launch
-from flashcheck.properties import check
+from flashcheck.plugin.launches import Launch
+from flashcheck.properties.runner import check
 from flashcheck.kernels import DEVICE, INTERPRET
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.oracles.formats import BF16, FP16, Format, format_of
-from flashcheck.properties_softmax import FAMILY, SENTINEL_BITS, accepts_out  # noqa: F401  (FAMILY: the suite this module is)
+from flashcheck.properties.softmax import FAMILY, SENTINEL_BITS, accepts_out  # noqa: F401  (FAMILY: the suite this module is)
 from flashcheck.strategies.case import Case
 from flashcheck.strategies.floats import Layout, layouts, materialize
 from flashcheck.strategies.softmax import declared_size_rows, row_lengths, softmax_cases
@@ -44,9 +44,10 @@ def shift_limits(fmt: Format) -> tuple[float, int, int]:
 
 
 @composite
-def shift_cases(draw, *, fmt: Format, max_n: int, strided: bool = True) -> Case:
+def shift_cases(draw, *, dtype: torch.dtype, max_n: int, strided: bool = True) -> Case:
     """Rows of multiples of q (some -inf, a NaN or +inf now and then), a shift c that keeps every
     x_i + c exact; shifts past 88 make a kernel without max subtraction overflow."""
+    fmt = format_of(dtype)
     q, kx, kc = shift_limits(fmt)
     m = draw(st.integers(1, 4))
     n = draw(row_lengths(max_n=max_n))
@@ -65,8 +66,8 @@ def shift_cases(draw, *, fmt: Format, max_n: int, strided: bool = True) -> Case:
 
 
 @composite
-def permuted_cases(draw, *, fmt: Format, max_n: int, strided: bool = True) -> Case:
-    case = draw(softmax_cases(fmt=fmt, max_n=max_n, strided=strided))
+def permuted_cases(draw, *, dtype: torch.dtype, max_n: int, strided: bool = True) -> Case:
+    case = draw(softmax_cases(dtype=dtype, max_n=max_n, strided=strided))
     n = case.tensors["x"].shape[1]
     kind = draw(st.sampled_from(["random", "reverse", "rotate"]))
     if kind == "random":
@@ -95,8 +96,8 @@ def _sentinel_view(shape: tuple[int, int], dtype: torch.dtype, layout: Layout) -
 
 
 @composite
-def out_view_cases(draw, *, fmt: Format, max_n: int, strided: bool = True) -> Case:
-    case = draw(softmax_cases(fmt=fmt, max_n=max_n, strided=strided))
+def out_view_cases(draw, *, dtype: torch.dtype, max_n: int, strided: bool = True) -> Case:
+    case = draw(softmax_cases(dtype=dtype, max_n=max_n, strided=strided))
     x = case.tensors["x"]
     layout = draw(out_layouts())
     case.tensors["out"] = _sentinel_view(tuple(x.shape), x.dtype, layout)
@@ -108,24 +109,24 @@ def out_view_cases(draw, *, fmt: Format, max_n: int, strided: bool = True) -> Ca
 
 @given(data=st.data())
 def test_shift_invariance(spec: KernelSpec, dtype: torch.dtype, data: st.DataObject) -> None:
-    case = data.draw(shift_cases(fmt=format_of(dtype), max_n=meta_max_n(spec), strided=not spec.contiguous_only), label="case")
+    case = data.draw(shift_cases(dtype=dtype, max_n=meta_max_n(spec), strided=not spec.contiguous_only), label="case")
     check(spec, "shift_invariant", long_enough(spec, case))
 
 
 @given(data=st.data())
 def test_permutation_equivariance(spec: KernelSpec, dtype: torch.dtype, data: st.DataObject) -> None:
-    case = data.draw(permuted_cases(fmt=format_of(dtype), max_n=meta_max_n(spec), strided=not spec.contiguous_only), label="case")
+    case = data.draw(permuted_cases(dtype=dtype, max_n=meta_max_n(spec), strided=not spec.contiguous_only), label="case")
     check(spec, "permutation_equivariant", long_enough(spec, case))
 
 
-# One item per launch variant (flashcheck.launches), so their compilations spread over xdist's workers.
+# One item per launch variant (flashcheck.plugin.launches), so their compilations spread over xdist's workers.
 @given(data=st.data())
 def test_configs_and_determinism(spec: KernelSpec, dtype: torch.dtype, launch: Launch, data: st.DataObject) -> None:
     # Launch knobs (tiles, chunk sizes) only matter on rows that span several tiles: the first
     # (simplest) draws are rows at the run's longest length, the rest any adversarial case.
     fmt, max_n, strided = format_of(dtype), meta_max_n(spec), not spec.contiguous_only
-    long_rows = declared_size_rows(fmt=fmt, sizes=(max_n,), min_n=spec.min_n, max_n=max_n, strided=strided)
-    case = data.draw(st.one_of(long_rows, softmax_cases(fmt=fmt, max_n=max_n, strided=strided)), label="case")
+    long_rows = declared_size_rows(dtype=dtype, sizes=(max_n,), min_n=spec.min_n, max_n=max_n, strided=strided)
+    case = data.draw(st.one_of(long_rows, softmax_cases(dtype=dtype, max_n=max_n, strided=strided)), label="case")
     check(launch.spec_for(spec), launch.relation, long_enough(spec, case))
 
 
@@ -134,11 +135,11 @@ def test_guard_bands(spec: KernelSpec, dtype: torch.dtype, data: st.DataObject) 
     if not accepts_out(spec):
         pytest.skip(f"{spec.name} takes no out= argument (an external kernel declares it by accepting "
                     f"`out` or **kwargs), so there is no output view to guard")
-    case = data.draw(out_view_cases(fmt=format_of(dtype), max_n=meta_max_n(spec), strided=not spec.contiguous_only), label="case")
+    case = data.draw(out_view_cases(dtype=dtype, max_n=meta_max_n(spec), strided=not spec.contiguous_only), label="case")
     check(spec, "guard_bands", long_enough(spec, case))
 
 
 @given(data=st.data())
 def test_nan_guard_invisible(spec: KernelSpec, dtype: torch.dtype, data: st.DataObject) -> None:
-    case = data.draw(softmax_cases(fmt=format_of(dtype), max_n=meta_max_n(spec), strided=not spec.contiguous_only), label="case")
+    case = data.draw(softmax_cases(dtype=dtype, max_n=meta_max_n(spec), strided=not spec.contiguous_only), label="case")
     check(spec, "nan_guard_invisible", long_enough(spec, case))

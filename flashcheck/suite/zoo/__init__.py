@@ -16,28 +16,9 @@ right, so a kill is the bug's doing and not an unrelated defect of the zoo kerne
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
 
-import torch
-
-
-@dataclass(frozen=True)
-class ZooKernel:
-    name: str
-    family: str  # "softmax" | "attention"
-    bug_class: str  # the row of NUMERICS.md section 5
-    references: str
-    broken: Callable[..., torch.Tensor]
-    fixed: Callable[..., torch.Tensor]
-    trigger: Callable[[], dict[str, Any]]  # kwargs for the kernel: an input the bug gets wrong
-    caps: dict[str, Any] = field(default_factory=dict)  # the `flashcheck` capabilities
-    property_hint: str = ""  # which property is expected to see it (documentation only)
-    gpu_only: str = ""  # why only a GPU can show the bug (empty: the interpreter can)
-    # Tests (node-id prefixes) written to catch a GPU-only entry, run alone before the whole suite
-    # where the tracked (CPU) kill matrix records no catching test.
-    targets: tuple[str, ...] = ()
+from flashcheck.suite.zoo.kernel import ZooKernel  # noqa: F401  (the zoo's face)
 
 
 def zoo(family: str | None = None, *, runnable: bool = False) -> list[ZooKernel]:

@@ -14,7 +14,7 @@ under the interpreter and the CPU kill matrix leaves them out): int32 offset ove
 unguarded fast exp (the hardware's `ex2.approx.f16`, inline PTX the interpreter cannot run) and
 a race between the programs of a one-launch split softmax (the interpreter runs them in order).
 `exp_clamp_nan` depends on the GPU's NaN-ignoring `tl.maximum`, which the interpreter follows
-(flashcheck.interp_gpu), so the CPU catches it.
+(flashcheck.interpreter.gpu), so the CPU catches it.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from flashcheck.kernels import DEVICE
-from flashcheck.suite.zoo import ZooKernel
+from flashcheck.suite.zoo.kernel import ZooKernel
 from flashcheck.suite.zoo.softmax_templates import (
     EXP_CLAMP, EXP_CLAMP_NAN, FAST_EXP, FP16_SUM, INT32_OFFSETS, LAST_SPAN_MERGES, MERGE_NAN, NAN_SWALLOW, NO_MAX,
     NO_RESCALE, NONE, READ_PAST, RESCALE_NAN, ROUND_EXP, SENTINEL, STICKY, STRIDES, TAIL, WRITE_PAST, ZERO_PAD,
@@ -151,7 +151,7 @@ def exp_clamp_nan(x: torch.Tensor) -> torch.Tensor:
     """The exponent clamped to keep exp2 in range, `tl.maximum((x - m) * log2e, -200)`: on a GPU
     tl.maximum ignores NaN (PTX max.f32, maxnum) and a NaN logit becomes exp2(-200) = 0, so its row
     comes out finite instead of NaN. Triton's interpreter propagated NaN (np.maximum) and could not
-    see it; flashcheck.interp_gpu makes it follow the GPU. intel torch-xpu-ops PR #5022 (tl.maximum
+    see it; flashcheck.interpreter.gpu makes it follow the GPU. intel torch-xpu-ops PR #5022 (tl.maximum
     does not propagate NaN by default); the fix: propagate_nan=tl.PropagateNan.ALL (the fixed twin)."""
     return _row(x, EXP_CLAMP)
 
@@ -180,7 +180,7 @@ def read_past_row(x: torch.Tensor) -> torch.Tensor:
     """The load mask off by one (`cols <= N`): every row reads one element past its end, the next
     row's first element (the last row: past the tensor), into its max and sum. Triton #10336 (a masked
     load whose length exceeds the view reads past it silently), triton #4577 (illegal memory access
-    in a user softmax kernel). Caught on the CPU by the interpreter's bounds check (flashcheck.interp_bounds),
+    in a user softmax kernel). Caught on the CPU by the interpreter's bounds check (flashcheck.interpreter.bounds),
     on a GPU by the oracle (wrong sums) or an illegal-address fault."""
     return _row(x, READ_PAST)
 

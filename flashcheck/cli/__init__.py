@@ -1,0 +1,1 @@
+"""The `flashcheck` command (`main`)."""

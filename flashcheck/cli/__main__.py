@@ -1,0 +1,5 @@
+import sys
+
+from flashcheck.cli.main import main
+
+sys.exit(main())
