@@ -80,12 +80,22 @@ class Family:
 
 
 #: What the engine asks a family's properties module besides its properties, each with the default
-#: a family without one gets: sizes a limit message names besides n and the element count
-#: (`limit_sizes(tensors)`), the declaration that skips an input past a resource limit
-#: (`resource_declaration(size, resource, declare)`), the features an input that raised used
-#: (`feature_hint(spec, tensors, size, flag)`), and the run header's notes
-#: (`capability_notes(spec) -> (declared limits, tests not run)`).
+#: a family without one gets:
+#: - `kernel_call(spec, tensors) -> (entry point, positional, keyword tensors, constant keywords)`: how
+#:   its properties call the kernel, for a fixture's replay and repro (default: `fn` on every tensor,
+#:   in order);
+#: - `fit_to_declarations(spec, case) -> case | None`: the case as the kernel's declarations allow it
+#:   (default: every case);
+#: - `refusable(case) -> {capability key: what}`: the optional features a case uses, so a clean
+#:   refusal of an undeclared one is a skip (default: none);
+#: - `limit_sizes(tensors)`: sizes a limit message names besides n and the element count;
+#:   `resource_declaration(size, resource, declare)`: the declaration that skips an input past a
+#:   resource limit; `feature_hint(spec, tensors, size, flag)`: the features an input that raised
+#:   used; `capability_notes(spec) -> (declared limits, tests not run)`: the run header's notes.
 HOOKS: dict[str, Callable[..., Any]] = {
+    "kernel_call": lambda spec, tensors: ("fn", list(tensors), [], {}),
+    "fit_to_declarations": lambda spec, case: case,
+    "refusable": lambda case: {},
     "limit_sizes": lambda tensors: {},
     "resource_declaration": lambda size, resource, declare: None,
     "feature_hint": lambda spec, tensors, size, flag: None,

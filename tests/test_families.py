@@ -40,7 +40,7 @@ def test_an_unknown_family_is_one_clear_line() -> None:
 # ---- a third family's skeleton: "scale", y = 2 x ---------------------------------------------------
 # The files a family needs, each as small as it can be. The package name stands for the project's
 # folders: kernel.py -> kernels/, oracle.py -> oracles/, strategies.py -> strategies/,
-# properties.py -> flashcheck/properties_<name>.py, test_scale.py -> flashcheck/suite/.
+# properties.py -> flashcheck/properties/<name>.py, test_scale.py -> flashcheck/suite/ (README, "Adding a family").
 SKELETON = {
     "__init__.py": "",
     "kernel.py": '''

@@ -95,7 +95,7 @@ def classify(spec: Any, case: Any, exc: BaseException, calls: int) -> dict[str, 
         return None
     from flashcheck.families import get
 
-    used = get(spec.family).module("properties").refusable(case)
+    used = get(spec.family).hook("refusable")(case)
     if "head_dims" in used and "max_head_dim" not in assumed:
         assumed.discard("head_dims")
     # Every feature it uses must be assumed: with one declared supported among them, the refusal

@@ -60,7 +60,7 @@ def test_replay_fixture(fixture: Replay, request: pytest.FixtureRequest) -> None
     except FixtureError as e:
         _bad(request, str(e))
     # a fixture recorded before a declaration narrowed the kernel
-    if families.get(fixture.spec.family).module("properties").fit_to_declarations(fixture.spec, case) is None:
+    if families.get(fixture.spec.family).hook("fit_to_declarations")(fixture.spec, case) is None:
         pytest.skip(f"{fixture.path.name}: its input needs what {fixture.spec.name} does not declare ({case!r})")
     isolation.note_fixture(fixture.path)  # a crash here is this fixture's (no second fixture of it)
     check(fixture.spec, fixture.payload["property"], case)
