@@ -315,7 +315,7 @@ def _report(argv: Sequence[str]) -> int:
     call) is counted as that kernel's error on that input, and the report is made again without it.
     Options and the output folder are checked here first: a bad one costs no measuring."""
     from flashcheck import isolation
-    from flashcheck.reports import cli as report
+    from flashcheck.reports.stability import cli as report
 
     argv = list(argv)
     if any(a in ("-h", "--help", "--kill-matrix") for a in argv):

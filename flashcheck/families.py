@@ -37,7 +37,7 @@ class Family:
     #: the input tensor whose length a size limit names ("x" or "k"), and the axis of that length
     length_input: str
     length_axis: int = -1
-    #: the family's stability-report module (reports/), resolved by the report layer only; None:
+    #: the family's stability-report module (reports/stability/), resolved by the report layer only; None:
     #: no report (`flashcheck report` does not offer the family)
     report: str | None = None
     #: the folder holding its suite modules (`test_<name>*.py`); None: flashcheck/suite/
@@ -72,12 +72,12 @@ class Family:
 
 FAMILY_RECORDS: dict[str, Family] = {f.name: f for f in (
     Family("softmax", strategies="flashcheck.strategies.softmax", properties="flashcheck.properties_softmax",
-           property_sets=("CORE_PROPERTIES", "META_PROPERTIES"), report="flashcheck.reports.softmax",
+           property_sets=("CORE_PROPERTIES", "META_PROPERTIES"), report="flashcheck.reports.stability.softmax",
            oracle="flashcheck.oracles.softmax:softmax_oracle", bound="flashcheck.oracles.bounds:softmax_ulp_bound",
            length_input="x", length_axis=-1),
     Family("attention", strategies="flashcheck.strategies.attention", properties="flashcheck.properties_attention",
            property_sets=("CORE_PROPERTIES", "METAMORPHIC_PROPERTIES", "VARLEN_PROPERTIES"),
-           report="flashcheck.reports.attention", oracle="flashcheck.oracles.attention:attention_oracle",
+           report="flashcheck.reports.stability.attention", oracle="flashcheck.oracles.attention:attention_oracle",
            bound="flashcheck.oracles.bounds:attention_error_bound", length_input="k", length_axis=-2),
 )}
 
