@@ -33,7 +33,7 @@ class Family:
     name: str
     #: strategies module: `CLASS_RECORDS` (strategies/records.py StrategyClass rows) and `CLASSES`
     strategies: str
-    #: properties module: registers the family's properties (`flashcheck.properties.runner.prop`) on import
+    #: properties module: registers the family's properties (`flashcheck.families.prop`) on import
     properties: str
     #: names of the property-name tuples in `properties` (the sets the suite checks together)
     property_sets: tuple[str, ...]
@@ -43,7 +43,7 @@ class Family:
     #: the input tensor whose length a size limit names ("x" or "k"), and the axis of that length
     length_input: str
     length_axis: int = -1
-    #: the family's stability-report module (reports/), resolved by the report layer only; None:
+    #: the family's stability-report module (reports/stability/), resolved by the report layer only; None:
     #: no report (`flashcheck report` does not offer the family)
     report: str | None = None
     #: the folder holding its suite modules (`test_<name>*.py`); None: flashcheck/suite/
@@ -105,12 +105,12 @@ HOOKS: dict[str, Callable[..., Any]] = {
 
 FAMILY_RECORDS: dict[str, Family] = {f.name: f for f in (
     Family("softmax", strategies="flashcheck.strategies.softmax", properties="flashcheck.properties.softmax",
-           property_sets=("CORE_PROPERTIES", "META_PROPERTIES"), report="flashcheck.reports.softmax",
+           property_sets=("CORE_PROPERTIES", "META_PROPERTIES"), report="flashcheck.reports.stability.softmax",
            oracle="flashcheck.oracles.softmax:softmax_oracle", bound="flashcheck.oracles.bounds:softmax_ulp_bound",
            length_input="x", length_axis=-1),
     Family("attention", strategies="flashcheck.strategies.attention", properties="flashcheck.properties.attention",
            property_sets=("CORE_PROPERTIES", "METAMORPHIC_PROPERTIES", "VARLEN_PROPERTIES"),
-           report="flashcheck.reports.attention", oracle="flashcheck.oracles.attention:attention_oracle",
+           report="flashcheck.reports.stability.attention", oracle="flashcheck.oracles.attention:attention_oracle",
            bound="flashcheck.oracles.bounds:attention_error_bound", length_input="k", length_axis=-2),
 )}
 

@@ -1,6 +1,6 @@
 """What a committed record is made of: its header fields and the digest of the kernels it was
 measured at. The engine's writers (the mutation report) and reports/'s write records in this shape;
-reports/records.py indexes them (reports/README.md).
+reports/quality/records.py indexes them (reports/records/README.md).
 """
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """`python -m flashcheck.reports`: the stability report, exactly `flashcheck report` (supervised, so
 a kernel that exits, crashes or hangs is one named error; exit status per flashcheck.exitcodes).
-`main(argv)` is the unsupervised report itself (reports/cli.py)."""
+`main(argv)` is the unsupervised report itself (reports/stability/cli.py)."""
 from __future__ import annotations
 
 import sys
 
-from .cli import main
+from .stability.cli import main
 
 __all__ = ["main"]
 

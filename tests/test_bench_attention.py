@@ -1,4 +1,4 @@
-"""The attention benchmarks (reports/bench_attention*.py, issue 20.3; reports/attention_ceiling.py)
+"""The attention benchmarks (reports/bench/attention*.py, issue 20.3; reports/bench/attention_ceiling.py)
 without timing anything: `--help` works and a machine without a GPU gets exit 2 and one line; the
 Markdown writer rewrites only the sections a run measured, so a feature run keeps the main table
 (and its notes) intact."""
@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from flashcheck.reports import attention_ceiling, bench_attention, bench_attention_features
-from flashcheck.reports.bench_attention import command_line, write_sections
+from flashcheck.reports.bench import attention as bench_attention, attention_ceiling
+from flashcheck.reports.bench import attention_features as bench_attention_features
+from flashcheck.reports.bench.attention import command_line, write_sections
 
 
 @pytest.mark.parametrize("mod", [bench_attention, bench_attention_features, attention_ceiling],
@@ -27,7 +28,7 @@ def test_help_and_no_gpu_is_exit_2_with_one_line(mod, capsys: pytest.CaptureFixt
 
 
 def test_sections_replace_only_their_own(tmp_path: Path) -> None:
-    text = (Path(bench_attention.__file__).parent / "attention_bench.md").read_text()
+    text = bench_attention.OUT.read_text()
     committed = text[:text.index("<!-- /bench:main -->")] + "<!-- /bench:main -->\n"  # the main table alone
     f = tmp_path / "bench.md"
     f.write_text(committed)
@@ -48,10 +49,10 @@ def test_sections_replace_only_their_own(tmp_path: Path) -> None:
 
 
 def test_the_header_is_rebuilt_from_the_sections_stamps(tmp_path: Path) -> None:
-    """With a head, the text above the first marker becomes the record's header (reports/records.py):
+    """With a head, the text above the first marker becomes the record's header (reports/quality/records.py):
     a section measured at other kernels shows as its own digest, so a partial re-run cannot pass
     the whole record off as current."""
-    from flashcheck.reports.records import read_header
+    from flashcheck.reports.quality.records import read_header
 
     def section(commit: str, digest: str) -> str:
         return f"## T\n\nNVIDIA H200, 2026-11-2{commit[-1]}; torch 2.11, triton 3.6.0; commit {commit}, kernels `{digest}`; `cmd`.\n"

@@ -221,7 +221,7 @@ def test_gpu_workflow_shards_over_its_matrix() -> None:
         assert needed in run, needed
     uploaded = "\n".join(str(s.get("with", {}).get("path", "")) for s in job["steps"]
                          if str(s.get("uses", "")).startswith("actions/upload-artifact"))
-    from flashcheck.reports.cli import DEFAULT_OUT
+    from flashcheck.reports.stability.cli import DEFAULT_OUT
 
     for artefact in ("junit", "flashcheck/suite/regressions", DEFAULT_OUT):
         assert artefact in uploaded, artefact
@@ -251,7 +251,7 @@ def test_lane_resume_counts_the_suite_as_it_is_now(tmp_path: Path) -> None:
     c2 is not run; before, c stayed 'not run' forever and c2 was never selected."""
     import json
 
-    from flashcheck.reports.gpu_lane import tally
+    from flashcheck.reports.quality.gpu_lane import tally
 
     def log(name: str, events: list[dict]) -> Path:
         p = tmp_path / name
@@ -295,7 +295,7 @@ def test_lane_part_of_chosen_files_keeps_the_whole_suite(tmp_path: Path, monkeyp
     stand for the suite, or the record counts a few files as everything (it did: 169 of 1041)."""
     import json
 
-    from flashcheck.reports import gpu_lane
+    from flashcheck.reports.quality import gpu_lane
 
     whole = ["tests/test_a.py::x", "tests/test_b.py::y", "tests/test_b.py::z"]
     first = tmp_path / "a" / "results.jsonl"
@@ -322,7 +322,7 @@ def test_lane_keeps_the_fixtures_its_suite_saved(tmp_path: Path, monkeypatch) ->
     """A failure's fixture lands in the device's checkout, which does not come back: the lane copies
     the fixtures its run wrote (new or rewritten, not the others) into its own directory and names them."""
     from flashcheck.fixtures import store as fixtures
-    from flashcheck.reports import gpu_lane
+    from flashcheck.reports.quality import gpu_lane
 
     reg = tmp_path / "regressions"
     reg.mkdir()
@@ -362,7 +362,7 @@ def test_order_from_runs_the_longest_first(tmp_path: Path) -> None:
 
 def test_lane_soak_is_recorded_with_its_seed(tmp_path: Path) -> None:
     """--soak S: the shipped suite in the soak profile, cut at S seconds, recorded with its seed."""
-    from flashcheck.reports import gpu_lane
+    from flashcheck.reports.quality import gpu_lane
 
     rc = gpu_lane.main(["--out", str(tmp_path), "--no-suite", "--no-sweep", "--soak", "20", "--soak-seed", "7",
                         "--workers", "1", "--commit", "test"])

@@ -1,4 +1,4 @@
-"""The exit-status contract (flashcheck/exitcodes.py) and atomic reports (reports/output.py), issue 18.3.
+"""The exit-status contract (flashcheck/exitcodes.py) and atomic reports (reports/stability/output.py), issue 18.3.
 
 0 passes, 1 a kernel fails, 2 bad usage or input (one line, before any measuring), 3 the tool
 itself failed (one line and a traceback file), 5 nothing was checked. A report is swapped in whole:
@@ -20,7 +20,7 @@ from flashcheck import exitcodes
 
 from flashcheck.isolation import journal as isolation, supervisor
 from flashcheck.cli.main import main as flashcheck
-from flashcheck.reports import cli as report, output
+from flashcheck.reports.stability import cli as report, output
 from flashcheck.plugin.selftest import clean_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -137,7 +137,7 @@ def test_out_at_a_file_exits_2_before_measuring(tmp_path: Path, capsys: pytest.C
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "report.html"
     target.write_text("mine")
-    monkeypatch.setattr("flashcheck.reports.run.collect", lambda *a, **k: pytest.fail("measured"))
+    monkeypatch.setattr("flashcheck.reports.stability.run.collect", lambda *a, **k: pytest.fail("measured"))
     monkeypatch.setattr(supervisor, "supervise", lambda *a, **k: pytest.fail("started a child"))
     monkeypatch.setattr(supervisor.Supervisor, "run", lambda *a, **k: pytest.fail("started a child"))
     assert flashcheck(["report", "softmax_row", "--out", str(target)]) == 2
@@ -169,7 +169,7 @@ def test_crash_while_plotting_leaves_the_earlier_report(tmp_path: Path, kernels:
     before = _snapshot(out)
     assert any(n.endswith(".png") for n in before) and "stability.md" in before
 
-    from flashcheck.reports import plots
+    from flashcheck.reports.stability import plots
 
     def crash(*a, **k):
         raise RuntimeError("matplotlib fell over")

@@ -3,7 +3,7 @@ that raise, hang, print megabytes, return the wrong thing or write into --out wh
 interrupted runs. Each case is one clear line and the contract's exit status (flashcheck/exitcodes.py),
 never a traceback; a kernel's failure is always a written report with its FAIL verdict.
 
-In-process (reports/cli.py's `main`, the supervised child's code) where the case allows it; the
+In-process (reports/stability/cli.py's `main`, the supervised child's code) where the case allows it; the
 hang needs the supervisor and runs as a subprocess (slow)."""
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from flashcheck import HOME, exitcodes
-from flashcheck.reports import cli as report
+from flashcheck.reports.stability import cli as report
 from flashcheck.plugin.selftest import clean_env
 from tests.test_exits import KERNELS as EXIT_KERNELS, TINY, _one_line
 
@@ -71,7 +71,7 @@ def kernels(tmp_path: Path) -> Path:
 @pytest.fixture
 def no_measuring(monkeypatch: pytest.MonkeyPatch) -> None:
     """Bad usage is refused before anything is measured."""
-    monkeypatch.setattr("flashcheck.reports.run.collect", lambda *a, **k: pytest.fail("measured"))
+    monkeypatch.setattr("flashcheck.reports.stability.run.collect", lambda *a, **k: pytest.fail("measured"))
 
 
 def _run(argv: list[str]) -> int:
@@ -145,7 +145,7 @@ def test_a_file_written_into_out_while_it_runs_is_kept(tmp_path: Path, kernels: 
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__") == ["hostile.py", "rep"], "no staging folder left"
 
 
-@pytest.mark.parametrize("where", ["reports/stability_gpu", "reports/.hostile-report-test"])
+@pytest.mark.parametrize("where", ["reports/records/stability_gpu", "reports/.hostile-report-test"])
 def test_out_inside_flashcheck_itself_is_refused(where: str, no_measuring: None, capsys: pytest.CaptureFixture) -> None:
     """A CPU report written over the committed GPU record, or among the tool's sources."""
     target = HOME / where

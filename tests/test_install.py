@@ -24,7 +24,8 @@ from flashcheck import HOME
 from flashcheck.kernels import INTERPRET
 
 GENERIC = {"kernels", "oracles", "strategies", "reports", "tests"}  # never top-level names of the wheel
-SHIPPED = ("kernels", "oracles", "strategies", "reports", "suite", "suite/zoo")  # flashcheck.<these>
+SHIPPED = ("kernels", "oracles", "strategies", "reports", "reports/stability", "reports/bench", "reports/quality",
+           "suite", "suite/zoo")  # flashcheck.<these>
 pytestmark = pytest.mark.skipif(not (HOME / "pyproject.toml").is_file(),
                                 reason="needs flashcheck's source checkout (it builds the wheel)")
 

@@ -1,5 +1,5 @@
 """Launch-level facts of the production attention kernel that the GPU taught us (found by
-`reports/memcheck_sweep.py` under compute-sanitizer on an H100): they hold on any machine."""
+`reports/quality/memcheck_sweep.py` under compute-sanitizer on an H100): they hold on any machine."""
 from __future__ import annotations
 
 import importlib

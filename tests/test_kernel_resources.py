@@ -1,11 +1,11 @@
-"""`flashcheck.reports.kernel_resources` compiles the production attention kernel for sm_90 on a
+"""`flashcheck.reports.bench.kernel_resources` compiles the production attention kernel for sm_90 on a
 machine with no GPU and reads its registers: the offline check that found the prefill regression
-(reports/attention_bench.md)."""
+(reports/records/attention_bench.md)."""
 from __future__ import annotations
 
 import pytest
 
-from flashcheck.reports import kernel_resources
+from flashcheck.reports.bench import kernel_resources
 
 
 @pytest.mark.parametrize("case", ["attention fp16 D64", "attention decode fp16 D64 splits=4",
@@ -31,10 +31,10 @@ def test_an_unknown_case_is_one_clear_line(capsys: pytest.CaptureFixture) -> Non
 
 
 def test_the_cluster_probe_gives_a_verdict_per_cluster_size(capsys: pytest.CaptureFixture) -> None:
-    """reports/cluster_probe.py backs issue 20's note that Triton 3.6 cannot reduce a row across a
+    """reports/bench/cluster_probe.py backs issue 20's note that Triton 3.6 cannot reduce a row across a
     cluster: one CTA must compile (else the probe, not the cluster, is what fails), and each size
     gets one verdict line."""
-    from flashcheck.reports import cluster_probe
+    from flashcheck.reports.bench import cluster_probe
 
     assert cluster_probe.main(["--n", "4096", "--ctas", "1,2"]) == 0
     lines = [ln.strip() for ln in capsys.readouterr().out.splitlines() if "num_ctas=" in ln]

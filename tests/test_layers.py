@@ -63,7 +63,7 @@ def test_arrows_point_one_way() -> None:
 
 
 def test_the_check_sees_upward_and_test_tree_imports(tmp_path: Path) -> None:
-    for top, text in (("oracles", "def f():\n    from flashcheck.reports.attention import blocking\n"),
+    for top, text in (("oracles", "def f():\n    from flashcheck.reports.stability.attention import blocking\n"),
                       ("strategies", "import flashcheck.kernels\nfrom flashcheck.tests.zoo import ZOO\n"),
                       ("flashcheck", "from flashcheck import oracles, strategies\n"),
                       ("reports", "from flashcheck.properties.attention import blocking\n")):
@@ -71,7 +71,7 @@ def test_the_check_sees_upward_and_test_tree_imports(tmp_path: Path) -> None:
         (tmp_path / top / "m.py").write_text(text)
     # the shipped suite is at the engine's layer: it may not import reports/, reports/ may import it
     (tmp_path / "flashcheck" / "suite").mkdir()
-    (tmp_path / "flashcheck" / "suite" / "m.py").write_text("from flashcheck.reports.attention import sdpa_output\n")
+    (tmp_path / "flashcheck" / "suite" / "m.py").write_text("from flashcheck.reports.stability.attention import sdpa_output\n")
     (tmp_path / "reports" / "z.py").write_text("from flashcheck.suite.zoo import zoo\n")
     assert _violations(tmp_path) == {("oracles/m.py", "reports"), ("strategies/m.py", "tests"),
                                      ("flashcheck/suite/m.py", "reports")}

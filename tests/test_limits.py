@@ -163,7 +163,7 @@ def test_tf32_error_is_diagnosed_and_declared_tf32_passes() -> None:
 
 def test_the_report_judges_a_declared_tf32_kernel_by_the_suites_bound() -> None:
     from flashcheck.oracles.formats import FP32 as F32
-    from flashcheck.reports import attention as report
+    from flashcheck.reports.stability import attention as report
 
     p = report.prepare(_attention_case(), F32)
     verdicts = {dot: report.measure(spec, p, report.call(spec, p)).violation.sum()

@@ -365,12 +365,12 @@ def test_near_midpoints_fall_back_and_decide(fmt: Format) -> None:
         assert got == _naive(row, fmt)[1]
 
 
-# ---- the agreement harness (reports/oracle_agreement.py, the committed 10^6-element run) -------
+# ---- the agreement harness (reports/bench/oracle_agreement.py, the committed 10^6-element run) -------
 
 
 def test_agreement_harness_small_run_has_no_mismatch() -> None:
-    """The generator of reports/oracle_agreement.md at CI size: every class, 0 mismatches."""
-    from flashcheck.reports import oracle_agreement as agreement
+    """The generator of reports/records/oracle_agreement.md at CI size: every class, 0 mismatches."""
+    from flashcheck.reports.bench import oracle_agreement as agreement
 
     result = agreement.run(3000, seed=1, long_log2=12, huge_log2=14, log=lambda _: None)
     for classes in result.values():
@@ -384,7 +384,7 @@ def test_agreement_harness_catches_a_wrong_fast_path(monkeypatch: pytest.MonkeyP
     """A deliberately wrong fast path: exp of every non-max entry 2^-13 (relative) too large while
     the float64 error bound still claims ~2^-50, so the fast path certifies wrong roundings. The
     harness must count mismatches in every format and for both functions, and exit 1."""
-    from flashcheck.reports import oracle_agreement as agreement
+    from flashcheck.reports.bench import oracle_agreement as agreement
 
     real = softmax_mod._exp_terms
 

@@ -1,5 +1,5 @@
-"""The records under reports/ (reports/records.py): each opens with its header and stays short, and
-the index reports/README.md says for each whether it was measured at today's kernels, recomputed
+"""The records under reports/records/ (reports/quality/records.py): each opens with its header and stays short, and
+the index reports/records/README.md says for each whether it was measured at today's kernels, recomputed
 here from git, so neither a record nor the index can claim numbers it does not have."""
 from __future__ import annotations
 
@@ -9,20 +9,20 @@ from pathlib import Path
 import pytest
 
 from flashcheck import HOME
-from flashcheck.reports import records
+from flashcheck.reports.quality import records
 
 pytestmark = pytest.mark.skipif(not (HOME / ".git").exists(), reason="needs the git checkout (an installed copy has no history)")
 
 
 def test_every_record_has_its_header_and_at_most_200_lines() -> None:
-    assert records.records(), "no record found under reports/"
+    assert records.records(), "no record found under reports/records/"
     assert records.problems() == []
 
 
 def test_the_index_is_todays(capsys: pytest.CaptureFixture) -> None:
-    """reports/README.md is `python -m flashcheck.reports.records --write` at HEAD's kernels: a kernel
+    """reports/records/README.md is `python -m flashcheck.reports.quality.records --write` at HEAD's kernels: a kernel
     change committed without regenerating it fails here (its records would still say current)."""
-    assert records.INDEX.read_text() == records.index(), "run: python -m flashcheck.reports.records --write"
+    assert records.INDEX.read_text() == records.index(), "run: python -m flashcheck.reports.quality.records --write"
     assert records.main(["--check"]) == 0, capsys.readouterr().err
 
 
@@ -35,15 +35,15 @@ def test_the_status_column_is_the_digests_compared() -> None:
     head = records._digest(files)
     rows = {ln.split("](")[0].lstrip("| ["): ln.split(" | ")[3] for ln in records.INDEX.read_text().splitlines()
             if ln.startswith("| [")}
-    assert set(rows) == {str(p.relative_to(records.REPORTS)) for p in records.records()}
+    assert set(rows) == {str(p.relative_to(records.RECORDS)) for p in records.records()}
     for p in records.records():
         ds = records.digests(records.read_header(p.read_text()))
         want = "current" if all(d == head for d in ds) else "stale"
-        assert rows[str(p.relative_to(records.REPORTS))].split(" ")[0] == want, p.name
+        assert rows[str(p.relative_to(records.RECORDS))].split(" ")[0] == want, p.name
 
 
 def test_a_record_without_header_or_too_long_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(records, "REPORTS", tmp_path)
+    monkeypatch.setattr(records, "RECORDS", tmp_path)
     monkeypatch.setattr(records, "INDEX", tmp_path / "README.md")
     head = records.header("R", what="w", device="d", date="2026-01-01", commit="abc1234", digest=f"`{'a' * 16}`",
                           command="cmd")

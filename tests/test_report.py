@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from flashcheck.targets.external import load_kernel
-from flashcheck.reports import plots
-from flashcheck.reports.cli import main
-from flashcheck.reports.run import collect
+from flashcheck.reports.stability import plots
+from flashcheck.reports.stability.cli import main
+from flashcheck.reports.stability.run import collect
 
 ROOT = Path(__file__).resolve().parent.parent
 ZOO = ROOT / "flashcheck" / "suite" / "zoo" / "softmax_bugs.py"
@@ -177,7 +177,7 @@ def test_error_profiles_leave_allowed_flushes_out() -> None:
     must stay out of them, as it stays out of err/bound; the counts keep it."""
     import numpy as np
 
-    from flashcheck.reports._stats import Accumulator, Measurement
+    from flashcheck.reports.stability._stats import Accumulator, Measurement
 
     z = np.zeros((1, 3))
     flushed = np.array([[False, True, False]])

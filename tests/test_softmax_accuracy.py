@@ -1,10 +1,10 @@
-"""reports/softmax_accuracy.py (issue 20.1, the fp32 64M disagreement) without a GPU: the same
+"""reports/bench/softmax_accuracy.py (issue 20.1, the fp32 64M disagreement) without a GPU: the same
 measurement on a short row under the interpreter, and its table."""
 from __future__ import annotations
 
 import torch
 
-from flashcheck.reports import softmax_accuracy as acc
+from flashcheck.reports.bench import softmax_accuracy as acc
 
 
 def test_measure_holds_ours_to_its_bound_and_reports_both_sides(monkeypatch) -> None:

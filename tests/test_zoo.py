@@ -6,7 +6,7 @@ does (stopping at the first failure, Hypothesis's shrink phase skipped: the same
 examples, so the same first failure, without the cost of minimizing it). A survivor means a
 strategy or a property is missing: fix the suite, never drop the zoo kernel.
 `python -m flashcheck.reports --kill-matrix` prints which test and property caught each one; the
-CPU's ci matrix is tracked in reports/kill_matrix.json, and these tests hold the suite to it (every
+CPU's ci matrix is tracked in reports/records/kill_matrix.json, and these tests hold the suite to it (every
 entry recorded, every recorded kill still a kill).
 
 Cheap checks first: on a hand-made trigger input, each broken kernel is wrong and its fixed twin
@@ -117,18 +117,18 @@ def test_trigger_shows_the_bug_and_only_the_bug(name: str) -> None:
 
 
 def _matrix() -> dict:
-    from flashcheck.reports.kill_matrix import load_matrix
+    from flashcheck.reports.quality.kill_matrix import load_matrix
 
     return load_matrix()["entries"]
 
 
 def test_the_kill_matrix_records_every_zoo_entry_caught() -> None:
-    """reports/kill_matrix.json (tracked) lists every zoo entry, and every one the CPU can run as
+    """reports/records/kill_matrix.json (tracked) lists every zoo entry, and every one the CPU can run as
     caught: a new entry is recorded with its first kill (`python -m flashcheck.reports --kill-matrix
     --no-shrink --record --zoo NAME`), and a survivor is fixed in the suite, never recorded."""
     entries = _matrix()
     assert sorted(entries) == sorted(ZOO), (
-        f"reports/kill_matrix.json is stale: not recorded {sorted(set(ZOO) - set(entries))}, "
+        f"reports/records/kill_matrix.json is stale: not recorded {sorted(set(ZOO) - set(entries))}, "
         f"no longer in the zoo {sorted(set(entries) - set(ZOO))}")
     for name, row in entries.items():
         if ZOO[name].gpu_only:
@@ -143,7 +143,7 @@ def test_the_default_suite_catches_it(name: str) -> None:
     """Every entry the tracked matrix records as killed is still killed: reach cannot regress
     silently. Where the kill now comes from another test or after more examples, the matrix is
     stale (a warning, not a failure: any change to the strategies moves the derandomized draws)."""
-    from flashcheck.reports.kill_matrix import matrix_row, nodeid_of, run_zoo_kernel
+    from flashcheck.reports.quality.kill_matrix import matrix_row, nodeid_of, run_zoo_kernel
 
     z = ZOO[name]
     if z.gpu_only and kernels.INTERPRET:
@@ -157,10 +157,10 @@ def test_the_default_suite_catches_it(name: str) -> None:
     assert r["caught"], (f"zoo kernel {name} ({r['bug_class']}) " + (
         f"CRASHED before the suite caught it (a crash is not a catch): {r['first_message']}" if crashed else
         f"SURVIVED the ci suite (exit {r['returncode']}): a strategy or property is missing"
-        + (f"; reports/kill_matrix.json records it killed by {recorded['test']} [{recorded['property']}] "
+        + (f"; reports/records/kill_matrix.json records it killed by {recorded['test']} [{recorded['property']}] "
            f"after {recorded['examples']} examples." if recorded and recorded.get("caught") else "."))
         + f"\n{r.get('output_tail') or ''}")
-    assert recorded, f"{name} is caught but not in reports/kill_matrix.json: record it (see the fast test above)"
+    assert recorded, f"{name} is caught but not in reports/records/kill_matrix.json: record it (see the fast test above)"
     now = matrix_row(r)
     # Examples count every test run before the catching one: comparable only after a whole-suite run.
     # (a GPU-only entry's row records no catching test: the CPU never ran it)
@@ -168,7 +168,7 @@ def test_the_default_suite_catches_it(name: str) -> None:
     if kernels.INTERPRET and stale:
         import warnings
 
-        warnings.warn(f"reports/kill_matrix.json is stale for {name}: recorded {recorded['test']} after "
+        warnings.warn(f"reports/records/kill_matrix.json is stale for {name}: recorded {recorded['test']} after "
                       f"{recorded['examples']} examples, now {now['test']} after {now['examples']}", stacklevel=1)
 
 @pytest.mark.skipif(not kernels.INTERPRET, reason="about the interpreter: a GPU's tl.maximum is maxnum anyway")
@@ -205,7 +205,7 @@ def test_gpu_targets_name_tests_that_exist() -> None:
 
 @pytest.mark.slow  # two subprocess runs of the suite
 def test_a_first_test_that_misses_falls_back_to_the_whole_suite() -> None:
-    from flashcheck.reports.kill_matrix import run_zoo_kernel
+    from flashcheck.reports.quality.kill_matrix import run_zoo_kernel
 
     # a test that cannot catch a wrong read, here or on a GPU (test_softmax_gpu.py, once used here,
     # skips under the interpreter but catches the read on a GPU: its strided views pass the end)

@@ -317,7 +317,7 @@ def _report(argv: Sequence[str]) -> int:
     call) is counted as that kernel's error on that input, and the report is made again without it.
     Options and the output folder are checked here first: a bad one costs no measuring."""
     from flashcheck.isolation import journal as isolation
-    from flashcheck.reports import cli as report
+    from flashcheck.reports.stability import cli as report
 
     argv = list(argv)
     if any(a in ("-h", "--help", "--kill-matrix") for a in argv):

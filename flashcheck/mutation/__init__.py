@@ -21,7 +21,7 @@ identical to the original kernel's on a fixed probe set (run in the same subproc
 suite passed). Candidates are triaged by hand in the report, never counted as killed.
 
 Results go to a JSON store (one record per mutant, keyed by the mutated source's hash, so runs
-add up and `--resume` skips what is done) and `--report` writes reports/mutants.md.
+add up and `--resume` skips what is done) and `--report` writes reports/records/mutants.md.
 
 Beside the generated mutants, `between_launches` lists hand-written ones of what a launch leaves for
 the next (split-KV's arrival counters and per-stream workspace), which only a GPU run selects.

@@ -16,8 +16,8 @@ from flashcheck.mutation.operators import GPU_ONLY_OPERATORS, OPERATORS
 from flashcheck.mutation.report import TRIAGE_FILE, to_markdown
 from flashcheck.mutation.runner import decided, load_runs, load_store, log_run, run, runs_file
 
-DEFAULT_STORE = HOME / "reports" / "mutants_store.json"  # tracked: runs on any machine and session add up
-DEFAULT_REPORT = HOME / "reports" / "mutants.md"
+DEFAULT_STORE = HOME / "reports" / "records" / "mutants_store.json"  # tracked: runs on any machine and session add up
+DEFAULT_REPORT = HOME / "reports" / "records" / "mutants.md"
 ON = "Triton interpreter (CPU)"
 
 
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="a shared helper's mutant runs only its first kernel's tests (faster; says so in the report)")
     p.add_argument("--sanitizer", metavar="CASES", default="",
                    help="instead of the suite, run the memcheck sweep's cases whose names contain CASES "
-                        "(reports/memcheck_sweep.py --only) against each mutant under compute-sanitizer, every "
+                        "(reports/quality/memcheck_sweep.py --only) against each mutant under compute-sanitizer, every "
                         "tensor its own allocation: kills out-of-bounds accesses no value shows (GPU only; a "
                         "clean run leaves the mutant undecided)")
     p.add_argument("--merge", nargs="+", metavar="FILE",

@@ -1,4 +1,4 @@
-"""The mutation score as Markdown (reports/mutants.md) from the results store and the hand triage."""
+"""The mutation score as Markdown (reports/records/mutants.md) from the results store and the hand triage."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -50,8 +50,8 @@ def for_device(triage: dict[str, str], *, compiled: bool) -> dict[str, str]:
 def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triage: dict[str, str],
                 runs: list[dict[str, Any]], where: str = "Triton interpreter (CPU)", *, compiled: bool = False,
                 command: str = "python -m flashcheck.mutants --probe-first --resume --report",
-                store: str = "reports/mutants_store.json", commit: str | None = None) -> str:
-    """The record (reports/records.py's shape). The store's results count only for mutants of the
+                store: str = "reports/records/mutants_store.json", commit: str | None = None) -> str:
+    """The record (reports/quality/records.py's shape). The store's results count only for mutants of the
     kernels/ it is given (a mutant's key is its source), so the digest is of today's kernels/."""
     from flashcheck.records import header, kernels_digest
 
@@ -169,7 +169,7 @@ def to_markdown(mutants: list[Mutant], results: dict[str, dict[str, Any]], triag
                    f"{sum(r['status'] not in DETECTED + UNDECIDED for r in rs)} |")
     out += ["", "## Survivors", "",
             "Each survivor's diff: `python -m flashcheck.mutants --diff ID`; the triage's whole argument: "
-            "`reports/mutants_triage.json` (its first sentence below).", ""]
+            "`reports/records/mutants_triage.json` (its first sentence below).", ""]
     surv = [(m, r) for m, r in rows if r["status"] not in DETECTED + UNDECIDED]
     undecided = [m.id for m, r in rows if r["status"] in UNDECIDED]
     if undecided:
@@ -223,4 +223,4 @@ def _kill_seconds(rs: list[dict[str, Any]]) -> str:
     return f"{statistics.median(t):.0f} / {t[-1]:.0f}" if t else "-"
 
 
-TRIAGE_FILE = HOME / "reports" / "mutants_triage.json"
+TRIAGE_FILE = HOME / "reports" / "records" / "mutants_triage.json"

@@ -1,4 +1,4 @@
-"""A compiled mutant's memory-safety verdict: the GPU lane's memcheck sweep (`reports/memcheck_sweep.py`)
+"""A compiled mutant's memory-safety verdict: the GPU lane's memcheck sweep (`reports/quality/memcheck_sweep.py`)
 run against the mutant under `compute-sanitizer --tool memcheck` (`python -m flashcheck.mutants
 --sanitizer CASES`).
 
@@ -24,7 +24,7 @@ from flashcheck import HOME
 CASES = ""
 #: compute-sanitizer's exit code when it found an error (any code the sweep itself never returns).
 ERROR_EXIT = 86
-SWEEP = "reports/memcheck_sweep.py"
+SWEEP = "reports/quality/memcheck_sweep.py"
 
 _BASELINE_LOCK = threading.Lock()
 
@@ -32,13 +32,13 @@ _BASELINE_LOCK = threading.Lock()
 def command(cases: str) -> list[str]:
     # The probe module installs the mutant (FLASHCHECK_MUTANT) when imported, before the sweep
     # imports the kernels.
-    code = ("import flashcheck.mutation.probe; from flashcheck.reports.memcheck_sweep import main; "
+    code = ("import flashcheck.mutation.probe; from flashcheck.reports.quality.memcheck_sweep import main; "
             f"raise SystemExit(main(['--small', '--only', {cases!r}]))")
     return ["compute-sanitizer", "--tool", "memcheck", "--print-limit", "5", "--error-exitcode", str(ERROR_EXIT),
             sys.executable, "-c", code]
 
 
-# compute-sanitizer's report lines, for this verdict and the lane's sweep (reports/gpu_lane.py).
+# compute-sanitizer's report lines, for this verdict and the lane's sweep (reports/quality/gpu_lane.py).
 ERROR_LINE = re.compile(r"^========= (Invalid .*|.*[Oo]ut of bounds.*|Address .*|.*[Mm]isaligned.*|.*access.*)$", re.M)
 KERNEL_LINE = re.compile(r"^=========\s+(?:in|at) (\S+)", re.M)
 SUMMARY_LINE = re.compile(r"^========= ERROR SUMMARY: (\d+) error", re.M)

@@ -1,7 +1,7 @@
 """The suite in a subprocess, measured: `run_pytest` runs `pytest ARGS -p flashcheck.plugin.killrun` (the ci
 profile, one process, no cache) and this module is also the plugin that measures inside it (active only
 when FLASHCHECK_KILL_JSON names the file to write): it wraps the kernel under test to count calls and
-every registered property to note the first failing check. The kill matrix (reports/kill_matrix.py)
+every registered property to note the first failing check. The kill matrix (reports/quality/kill_matrix.py)
 and mutation testing (flashcheck/mutation/) both run the suite this way.
 """
 from __future__ import annotations

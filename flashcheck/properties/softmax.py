@@ -1,6 +1,6 @@
 """The softmax family's properties: what a softmax kernel must satisfy on one case.
 
-Each property is `prop(spec, case)`, registered under a stable name with `flashcheck.properties.runner.prop`
+Each property is `prop(spec, case)`, registered under a stable name with `flashcheck.families.prop`
 (fixtures name the property that failed, and replay it forever); it raises AssertionError with a
 message naming the worst element, both values and the bound. The tests in `flashcheck/suite/test_softmax*.py`
 and the stability report draw cases and call these through `flashcheck.properties.runner.check`.

@@ -1,5 +1,5 @@
 """The attention family's properties (engine code; flashcheck/suite/test_attention.py only parametrizes and
-drives them). Each is registered with `flashcheck.properties.runner.prop("attention", name)` under a stable
+drives them). Each is registered with `flashcheck.families.prop("attention", name)` under a stable
 name: regression fixtures refer to it. This is the family's properties module (its record in
 flashcheck/families.py names it): the property sets the suite checks together, and the properties
 registered by role, in this order:

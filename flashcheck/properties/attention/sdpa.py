@@ -2,7 +2,7 @@
 worth running on this device, and the error ratio of a kernel to SDPA against the oracle.
 
 The engine's measuring helpers, shared by the suite (test_sdpa_error_ratio_reported) and the
-attention report (`reports/attention.py`, which adds SDPA's backends as baseline kernels): the
+attention report (`reports/stability/attention.py`, which adds SDPA's backends as baseline kernels): the
 suite may not import the report layer (tests/test_layers.py), so the helpers live below it.
 """
 from __future__ import annotations

@@ -6,7 +6,7 @@ external kernel, e.g.
     pytest --kernel flashcheck/suite/zoo/softmax_bugs.py:online_rescale_nan --family softmax -x
 
 (`python -m flashcheck.reports --kill-matrix` runs them all, `tests/test_zoo.py` asserts it). They are never
-registered in `kernels/`; only the kill matrix (`reports/kill_matrix.py`) and the self-tests import
+registered in `kernels/`; only the kill matrix (`reports/quality/kill_matrix.py`) and the self-tests import
 them.
 
 Each module lists its kernels in `ZOO`: name -> `ZooKernel` (the broken function, the same code
