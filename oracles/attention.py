@@ -68,7 +68,11 @@ EXP_REL = 2.0**-49  # relative error allowed for numpy's float64 exp (16 ulps)
 
 
 def effective_scale(scale: float | None, head_dim: int) -> float:
-    """The scale value the kernel multiplies scores by: fl32(scale), default fl32(1/sqrt(D))."""
+    """The scale value the kernel multiplies scores by: fl32(scale), default fl32(1/sqrt(D)).
+
+    The engine reads this one. kernels/attention_args.py keeps the kernel's own copy (the oracles
+    sit below the kernels and cannot import it; kernels/ is frozen: its digest ties the GPU lane's
+    record); tests/test_families.py holds the two equal."""
     s = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
     return float(np.float32(s))
 

@@ -12,11 +12,11 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy, composite
 
-from flashcheck.oracles.formats import BF16, Format, round_float64
+from flashcheck.oracles.formats import BF16, Format, bf16_bits_to_f32, round_float64
 
 
 def _bf16_from_bits(bits: int) -> float:
-    return float(np.array([bits << 16], dtype=np.uint32).view(np.float32)[0])
+    return float(bf16_bits_to_f32(np.array([bits]))[0])
 
 
 def exact_floats(

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from flashcheck.oracles.formats import FLOAT_NAMES
+
 from .case import Case
 
 
@@ -32,7 +34,7 @@ class Feature:
     cls: str | None  # the class that must draw it (None: any class of the kernel and dtype)
     name: str
     pred: Callable[[Case, Any], bool]  # (case, its oracles.formats.Format) -> reached
-    dtypes: tuple[str, ...] = ("fp16", "bf16", "fp32")
+    dtypes: tuple[str, ...] = FLOAT_NAMES
     needs_n: int = 1  # only required when the test draws rows this long
 
 

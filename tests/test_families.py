@@ -30,6 +30,12 @@ def test_the_frozen_kernel_layer_agrees_with_the_one_home() -> None:
     # kernels/ keeps its own copies (its digest ties the GPU lane's record): they must not drift.
     assert registry.FAMILIES == families.names()
     assert registry.ALL_DTYPES == FLOAT_DTYPES == _common.FLOAT_DTYPES
+    from flashcheck.kernels.attention_args import effective_scale as kernels_scale
+    from flashcheck.oracles.attention import effective_scale
+
+    for scale in (None, 0.1, 1 / 3, 0.125, 2.0, 1e-30, 1e30, 7):
+        for d in (1, 3, 64, 80, 96, 128, 256):
+            assert effective_scale(scale, d) == kernels_scale(scale, d), (scale, d)
 
 
 def test_an_unknown_family_is_one_clear_line() -> None:

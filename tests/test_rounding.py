@@ -140,6 +140,28 @@ def test_round_fp32_spot_checks() -> None:
     assert same_bits(round_float64(r, FP32), torch.from_numpy(r).float().double().numpy())
 
 
+
+def test_bf16_bit_patterns_round_as_round_float64() -> None:
+    """The bf16 codec (oracles.formats: the interpreter's and the strategies'): the fp32 bit trick
+    rounds as round_float64 does (through f64_to_bf16_bits), on every bf16 rounding decision, a
+    stride through every fp32 pattern and NaNs; the decoding inverts the encoding."""
+    from flashcheck.oracles.formats import QNAN_BF16, bf16_bits_to_f32, f32_to_bf16_bits, f64_to_bf16_bits
+
+    from .bits import f32_rounding_cases
+
+    stride = np.arange(0, 1 << 32, 4099, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    x = np.concatenate([f32_rounding_cases().numpy(), stride])
+    got = f32_to_bf16_bits(x)
+    assert np.array_equal(got, f64_to_bf16_bits(x.astype(np.float64)))
+    nan = np.isnan(x)
+    assert (got[nan] == QNAN_BF16).all()
+    want = round_float64(x[~nan].astype(np.float64), BF16)
+    assert same_bits(bf16_bits_to_f32(got[~nan]).astype(np.float64), want)
+    every = np.arange(1 << 16, dtype=np.uint16)
+    v = bf16_bits_to_f32(every)
+    assert np.array_equal(f32_to_bf16_bits(v)[~np.isnan(v)], every[~np.isnan(v)])
+
+
 def _is_correctly_rounded(q: Fraction, r: float, fmt: Format) -> bool:
     """r is the representable value nearest q, ties to the even pattern (checked exactly)."""
     t = torch.tensor([r], dtype=torch.float64).to(fmt.torch_dtype)

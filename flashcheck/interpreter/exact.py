@@ -41,50 +41,17 @@ import numpy as np
 from flashcheck.interpreter.patching import (  # re-exported: the interpreter's public face
     _DOT_FLOATS, InterpreterPatchError, _replace, _triton_version, fixed_order_dot, interpreting, patch_error, unpatched,
 )
+# The exact bf16 <-> float conversions on bit patterns (NumPy, vectorised) live with the formats;
+# re-exported here, the interpreter's public face.
+from flashcheck.oracles.formats import QNAN_BF16, bf16_bits_to_f32, f32_to_bf16_bits, f64_to_bf16_bits
 
 __all__ = [
     "InterpreterPatchError", "interpreting", "install", "installed", "unpatched", "bf16_bits_to_f32",
     "f32_to_bf16_bits", "f64_to_bf16_bits", "patch_error", "UNFIXED_INTERPRETER_BUGS", "skip_if_interpreter_bug",
 ]
 
-_QNAN_BF16 = 0x7FC0  # torch's bf16 NaN; the hardware's canonical NaN differs, payloads are not compared
 
-
-
-
-# --- exact bf16 <-> float conversions on bit patterns (NumPy, vectorised) -----------------------
-
-def bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
-    """bf16 bit patterns -> the fp32 values they encode, exactly (NaN payloads kept)."""
-    b = np.asarray(bits)
-    return (b.astype(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
-
-
-def f32_to_bf16_bits(values: np.ndarray) -> np.ndarray:
-    """fp32 values -> bf16 bit patterns, rounded to nearest even as the hardware does: subnormals
-    kept, overflow to inf, NaN to a quiet NaN."""
-    v = np.array(values, dtype=np.float32, copy=True)
-    b = v.view(np.uint32)
-    nan = np.isnan(v)
-    b = np.where(nan, np.uint32(0), b)  # keeps the carry below out of the sign bit
-    r = ((b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
-    return np.where(nan, np.uint16(_QNAN_BF16), r)
-
-
-def f64_to_bf16_bits(values: np.ndarray) -> np.ndarray:
-    """fp64 values -> bf16 bit patterns, rounded once to nearest even.
-
-    Rounding to fp32 toward odd first, then to bf16 to nearest even, is a single correct rounding
-    (fp32 keeps more than bf16's 8 + 2 bits); a plain fp64 -> fp32 -> bf16 would round twice."""
-    x = np.array(values, dtype=np.float64, copy=True)
-    with np.errstate(over="ignore", invalid="ignore"):
-        t = x.astype(np.float32)
-        away = np.abs(t.astype(np.float64)) > np.abs(x)
-        t = np.where(away, np.nextafter(t, np.float32(0)), t).astype(np.float32)
-        inexact = (t.astype(np.float64) != x) & ~np.isnan(x)
-    odd = t.view(np.uint32) | inexact.astype(np.uint32)
-    return f32_to_bf16_bits(np.where(np.isnan(x), np.float32(np.nan), odd.view(np.float32)))
-
+# --- exact bf16 <-> float conversions ------------------------------------------------------------
 
 def _to_float(data: np.ndarray, ty: Any) -> np.ndarray:
     """A handle's data as exact float values (bf16 decoded; fp16/fp32/fp64 as they are)."""
@@ -314,7 +281,7 @@ def _patch_builder(interp: types.ModuleType) -> None:
         # padding with NaN would write float('nan') into the uint16 bits of a bf16 block
         if ptr.base.get_element_ty() == tl.bfloat16 and padding_option == ir.PADDING_OPTION.PAD_NAN:
             ptrs, masks = ptr.materialize_pointers(boundary_check)
-            other = TH(np.full(ptrs.data.shape, _QNAN_BF16, dtype=np.uint16), tl.bfloat16)
+            other = TH(np.full(ptrs.data.shape, QNAN_BF16, dtype=np.uint16), tl.bfloat16)
             return self.create_masked_load(ptrs, masks, other, cache_modifier, eviction_policy, is_volatile)
         return orig["create_tensor_pointer_load"](self, ptr, boundary_check, padding_option,
                                                   cache_modifier, eviction_policy, is_volatile)
@@ -370,7 +337,7 @@ def _self_check(interp: types.ModuleType) -> None:
     b, TH = interp.InterpreterBuilder(), interp.TensorHandle
     # tie to even down, tie to even up, bf16 subnormal, overflow, NaN
     f32 = np.array([1 + 2.0**-8, 1 + 3 * 2.0**-8, 13.5 * 2.0**-133, 3.4e38, np.nan], dtype=np.float32)
-    want = np.array([0x3F80, 0x3F82, 0x000E, 0x7F80, _QNAN_BF16], dtype=np.uint16)
+    want = np.array([0x3F80, 0x3F82, 0x000E, 0x7F80, QNAN_BF16], dtype=np.uint16)
     checks = {
         "fp32 -> bf16 (fp_trunc)": b.create_fp_trunc(TH(f32, tl.float32), tl.bfloat16).data,
         "bf16 -> fp32 (fp_ext)": b.create_fp_ext(TH(np.array([0x0001], np.uint16), tl.bfloat16),

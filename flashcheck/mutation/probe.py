@@ -176,18 +176,16 @@ _PUBLIC = {"softmax": ("softmax_row", "softmax_online", "softmax_split"), "atten
 # running its suite.
 
 
-def same_bits(a: Any, b: Any) -> bool:
-    """Same shape, dtype and bits (any NaN equals any NaN); tuples (out, lse) element by element."""
-    import torch
+def same_output(a: Any, b: Any) -> bool:
+    """Same shape, dtype and bits (`oracles.formats.same_bits`: any NaN equals any NaN), where the
+    outputs lie; tuples (out, lse) element by element."""
+    from flashcheck.oracles.formats import same_bits
 
     if isinstance(a, tuple) or isinstance(b, tuple):
-        return isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b) and all(map(same_bits, a, b))
+        return isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b) and all(map(same_output, a, b))
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    both_nan = torch.isnan(a) & torch.isnan(b)
-    ia = a.view({2: torch.int16, 4: torch.int32}[a.element_size()])
-    ib = b.view({2: torch.int16, 4: torch.int32}[b.element_size()])
-    return bool(((ia == ib) | both_nan).all())
+    return bool(same_bits(a, b).all())
 
 
 def probe(spec: dict[str, Any]) -> dict[str, Any]:
@@ -223,7 +221,7 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
                     return {"identical": False, "probes": count, "witness": f"{at}: raised {type(exc).__name__}: {exc}"}
                 want = getattr(original, f)(**kwargs, **knobs)
                 count += 1
-                if not same_bits(got, want):
+                if not same_output(got, want):
                     return {"identical": False, "probes": count, "witness": f"{at}: different bits"}
     return {"identical": True, "probes": count}
 

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -127,10 +126,16 @@ def pytest_sessionfinish(session, exitstatus) -> None:  # noqa: ANN001
 
 # ---- the runner ------------------------------------------------------------------------------------
 
+#: A measured run's profile: the derandomized ci one.
+CI_PROFILE = {"CI": "true"}
+
+
 def clean_env() -> dict[str, str]:
+    """A subprocess's clean environment (`flashcheck.plugin.selftest.clean_env`, its one home) in
+    the ci profile."""
     from flashcheck.plugin.selftest import clean_env
 
-    return clean_env({"CI": "true"})  # the derandomized ci profile
+    return clean_env(CI_PROFILE)
 
 
 def run_pytest(args: list[str], *, env_extra: dict[str, str] | None = None, shrink: bool = True,
@@ -145,30 +150,28 @@ def run_pytest(args: list[str], *, env_extra: dict[str, str] | None = None, shri
     if not any(a == "--fixture-dir" or a.startswith("--fixture-dir=") for a in args):
         # Never the suite's own regressions folder: a mutant or a zoo kernel is broken on purpose.
         args = [*args, f"--fixture-dir={tmp / 'fixtures'}"]
-    pytest_args = [*args, "-p", "no:xdist", "-p", "no:cacheprovider", "-p", "flashcheck.plugin.killrun", "-q",
-                   "--no-header", "-W", "ignore::DeprecationWarning"]
-    cmd = [sys.executable, "-m", "pytest", *pytest_args]
-    env = clean_env()
-    env.update(env_extra or {})
-    env[KILL_ENV] = str(result_json)
-    if not shrink:
-        env[NO_SHRINK_ENV] = "1"
+    own = [*args, "-p", "no:cacheprovider", "-p", "flashcheck.plugin.killrun", "--no-header", "-W",
+           "ignore::DeprecationWarning"]
+    extra = {**CI_PROFILE, **(env_extra or {}), KILL_ENV: str(result_json), **({} if shrink else {NO_SHRINK_ENV: "1"})}
     t0 = time.perf_counter()
     timed_out = False
     # On a CPU, a forked child of a process that imported torch once (flashcheck.isolation.zygote); else, or if
     # that server cannot take the run, a plain subprocess. Either runs pytest.main(ARGS) in a new process.
     from flashcheck.isolation import zygote
+    from flashcheck.plugin import selftest
+
+    env = selftest.clean_env(extra)  # what the subprocess below gets from selftest.run_pytest
 
     z = zygote.server(clean_env(), ROOT) if zygote.takes(env_extra or {}) else None
     output = tmp / "output.txt"
-    forked = z.run(pytest_args, env=env, cwd=ROOT, out=output, timeout=timeout) if z else None
+    forked = z.run([*selftest.PYTEST_FLAGS, *own], env=env, cwd=ROOT, out=output, timeout=timeout) if z else None
     if forked is not None:
         rc, timed_out = forked
         text = output.read_text(errors="replace") if output.exists() else ""
         rc, tail = (-1, f"timed out after {timeout}s\n" + text[-2000:]) if timed_out else (rc, text[-3000:])
     else:
         try:
-            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+            proc = selftest.run_pytest(*own, cwd=ROOT, env=extra, timeout=timeout)
             rc, tail = proc.returncode, (proc.stdout + proc.stderr)[-3000:]
         except subprocess.TimeoutExpired as e:
             timed_out = True

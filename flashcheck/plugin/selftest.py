@@ -31,8 +31,13 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+#: What every pytest subprocess runs with before its own arguments: one process, quiet.
+PYTEST_FLAGS = ("-p", "no:xdist", "-q")
+
+
 def run_pytest(*args: str, cwd: Path = HOME, env: Mapping[str, str] | None = None,
                timeout: float = 600) -> subprocess.CompletedProcess:
-    """`python -m pytest -p no:xdist -q ARGS` in `cwd` with a clean environment (plus `env`)."""
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", *args], cwd=cwd,
+    """`python -m pytest -p no:xdist -q ARGS` in `cwd` with a clean environment (plus `env`); the
+    suite's measured runs (`flashcheck.plugin.killrun.run_pytest`) go through here too."""
+    return subprocess.run([sys.executable, "-m", "pytest", *PYTEST_FLAGS, *args], cwd=cwd,
                           env=clean_env(env), capture_output=True, text=True, timeout=timeout)

@@ -58,7 +58,7 @@ from flashcheck.kernels.registry import KernelSpec
 from flashcheck.properties.limits import within_declared_numel
 from flashcheck.oracles.bounds import ftz_allowed, softmax_sum_bound, softmax_ulp_bound
 from flashcheck.oracles.compare import Comparison, compare_softmax
-from flashcheck.oracles.formats import Format, format_of, to_float64, ulp_distance
+from flashcheck.oracles.formats import Format, bit_patterns, format_of, same_bits, to_float64, ulp_distance
 from flashcheck.oracles.softmax import softmax_oracle
 
 FAMILY = "softmax"
@@ -228,19 +228,8 @@ def order_preserved(spec: KernelSpec, case: Case) -> None:
 
 # ---- helpers ---------------------------------------------------------------------------------
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    t = t.detach().cpu().contiguous()
-    return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
-
-
-def same_bits(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Elementwise: identical bit patterns, or both NaN."""
-    a, b = a.detach().cpu(), b.detach().cpu()
-    return (_bits(a) == _bits(b)) | (torch.isnan(a) & torch.isnan(b))
-
-
 def _first_diff(a: torch.Tensor, b: torch.Tensor) -> str:
-    eq = same_bits(a, b)
+    eq = same_bits(a.detach().cpu(), b.detach().cpu())  # any NaN for any NaN
     if eq.all():
         return ""
     idx = tuple(int(i) for i in torch.nonzero(~eq)[0])
@@ -399,11 +388,11 @@ def guard_bands(spec: KernelSpec, case: Case) -> None:
     out0 = case.tensors["out"]
     # work on a copy: the case (a fixture if this fails) keeps the pristine buffer
     out = storage_of(out0).clone().as_strided(out0.shape, out0.stride(), out0.storage_offset())
-    before = _bits(storage_of(out)).clone()
-    x_before = _bits(storage_of(x)).clone()
+    before = bit_patterns(storage_of(out)).cpu().clone()  # the sentinels' NaN payloads included
+    x_before = bit_patterns(storage_of(x)).cpu().clone()
     want = _run(spec, x)
     got = spec.fn(x, out=out)
-    after = _bits(storage_of(out))
+    after = bit_patterns(storage_of(out)).cpu()
     inside = torch.zeros(after.numel(), dtype=torch.bool)
     idx = torch.arange(after.numel()).as_strided(out.shape, out.stride(), out.storage_offset())
     inside[idx.reshape(-1)] = True
@@ -419,7 +408,7 @@ def guard_bands(spec: KernelSpec, case: Case) -> None:
     if diff:
         raise AssertionError(f"{spec.name}: output written into a strided out= view differs from the default "
                              f"output: {diff}\n  {_where(case)}; out stride={out.stride()}")
-    if not torch.equal(x_before, _bits(storage_of(x))):
+    if not torch.equal(x_before, bit_patterns(storage_of(x)).cpu()):
         raise AssertionError(f"{spec.name} modified its input storage when given out=\n  {_where(case)}")
 
 

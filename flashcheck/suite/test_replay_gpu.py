@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from flashcheck import kernels
+from flashcheck.oracles.formats import bit_patterns
 
 R = importlib.import_module("flashcheck.kernels._runtime")
 
@@ -33,8 +34,7 @@ def _off(shape: tuple[int, ...], dtype: torch.dtype, shift: int, seed: int) -> t
 
 
 def _bits(out) -> list[torch.Tensor]:
-    outs = out if isinstance(out, tuple) else (out,)
-    return [o.view(torch.int16) if o.element_size() == 2 else o.view(torch.int32) for o in outs]
+    return [bit_patterns(o) for o in (out if isinstance(out, tuple) else (out,))]
 
 
 def _attn(dtype: torch.dtype, shift: int, **opts) -> Callable[[], object]:

@@ -49,7 +49,7 @@ def _dtypes(v: Any) -> tuple[torch.dtype, ...]:
         key = str(n).strip().removeprefix("torch.")
         key = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "fp32", "float": "fp32"}.get(key, key)
         if key not in BY_NAME:
-            raise ValueError(f"unknown dtype {n!r} (fp16, bf16, fp32)")
+            raise ValueError(f"unknown dtype {n!r} ({', '.join(BY_NAME)})")
         out.append(BY_NAME[key].torch_dtype)
     if not out:
         raise ValueError("no dtype given")
@@ -133,7 +133,7 @@ def _callable(v: Any) -> Callable:
 ALL_FAMILIES = family_names()  # a capability every registered family takes
 #: Capability key -> (KernelSpec field, converter, families it applies to, help).
 CAPABILITIES: dict[str, tuple[str, Callable[[Any], Any], tuple[str, ...], str]] = {
-    "dtypes": ("dtypes", _dtypes, ALL_FAMILIES, "dtypes it takes: fp16, bf16, fp32"),
+    "dtypes": ("dtypes", _dtypes, ALL_FAMILIES, f"dtypes it takes: {', '.join(BY_NAME)}"),
     "min_n": ("min_n", _positive_int, ALL_FAMILIES, "shortest row (softmax) or key count (attention)"),
     "max_n": ("max_n", _positive_int, ALL_FAMILIES, "longest row (softmax) or key count (attention)"),
     "sizes": ("sizes", _ints, ALL_FAMILIES, "sizes that matter to it (tiles, dispatch thresholds): "

@@ -42,12 +42,6 @@ def blocking(spec: KernelSpec, head_dim: int, n: int, dtype: torch.dtype,
     return bn, nb + (splits if splits > 1 else 0)
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    """The output's bit patterns (NaN payloads included), for bitwise comparisons."""
-    c = t.detach().contiguous()
-    return c.view({2: torch.int16, 4: torch.int32}[c.element_size()]).cpu()
-
-
 @dataclass
 class Outcome:
     """One dense attention problem, the kernel's answer to it, and (lazily) the oracle."""
