@@ -1,6 +1,12 @@
-"""Exact oracles: formats and ULP metric, correct and certified rounding, softmax / log-sum-exp
-oracles, and the derived kernel error bounds."""
+"""Exact oracles: formats and ULP metric, correct and certified rounding, softmax / log-sum-exp,
+log-softmax / softmax-backward / cross-entropy oracles, and the derived kernel error bounds."""
 from .attention import AttentionComparison, AttentionOracle, attention_oracle, compare_attention
+from .cross_entropy import (
+    cross_entropy_grad_bound,
+    cross_entropy_grad_oracle,
+    cross_entropy_loss_bound,
+    cross_entropy_oracle,
+)
 from .bounds import attention_error_bound, ftz_allowed, softmax_relative_error, softmax_sum_bound, softmax_ulp_bound
 from .formats import (
     BF16,
@@ -16,6 +22,7 @@ from .formats import (
     ulp_of,
 )
 from .rounding import UndecidedRounding, round_certified, round_fraction, round_mpf
+from .log_softmax import log_softmax_backward_oracle, log_softmax_oracle, softmax_backward_oracle
 from .softmax import logsumexp_oracle, softmax_oracle
 
 __all__ = [
@@ -24,6 +31,10 @@ __all__ = [
     "attention_error_bound",
     "attention_oracle",
     "compare_attention",
+    "cross_entropy_grad_bound",
+    "cross_entropy_grad_oracle",
+    "cross_entropy_loss_bound",
+    "cross_entropy_oracle",
     "BF16",
     "BY_NAME",
     "FORMATS",
@@ -33,11 +44,14 @@ __all__ = [
     "UndecidedRounding",
     "format_of",
     "ftz_allowed",
+    "log_softmax_backward_oracle",
+    "log_softmax_oracle",
     "logsumexp_oracle",
     "round_certified",
     "round_float64",
     "round_fraction",
     "round_mpf",
+    "softmax_backward_oracle",
     "softmax_oracle",
     "softmax_relative_error",
     "softmax_sum_bound",
