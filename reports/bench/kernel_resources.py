@@ -35,7 +35,7 @@ import tempfile
 PROG = "python -m flashcheck.reports.bench.kernel_resources"
 SHAPE = (4, 16, 4096)  # B, H, S: contiguous (B, H, S, D) tensors, as the benches use
 CASES = {f"attention {dt} D{d}{' causal' if c else ''}": ("attention", dt, d, c, 0)
-         for dt in ("fp16", "bf16", "fp32") for d in (64, 128) for c in (False, True)}
+         for dt in ("fp16", "bf16", "fp32") for d in (64, 128) for c in (False, True)}  # torch-free for --help
 DECODE = (4, 32, 8, 4096)  # B, Hq, Hkv, N: one query token, the decode bench's GQA shape
 # Split-KV decode: each split stores its partial state, and the tile's last split merges them.
 CASES.update({f"attention decode {dt} D{d} splits={s}": ("attention", dt, d, False, s)

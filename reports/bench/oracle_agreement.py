@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 from flashcheck.oracles import (
     BF16,
     FP16,
@@ -37,6 +38,7 @@ from flashcheck.oracles import (
     softmax_oracle,
 )
 from flashcheck.oracles import softmax as softmax_mod
+from flashcheck.oracles import formats
 from flashcheck.oracles.formats import ulp_of
 
 INF, NAN = math.inf, math.nan
@@ -231,8 +233,8 @@ def generate(fmt: Format, elements: int, seed: int, long_log2: int, huge_log2: i
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Elementwise: equal values with the same sign bit, or both NaN."""
-    return ((a == b) & (np.signbit(a) == np.signbit(b))) | (np.isnan(a) & np.isnan(b))
+    """Elementwise, the one contract (`oracles.formats.same_bits`) on float64 arrays."""
+    return formats.same_bits(torch.from_numpy(np.asarray(a, np.float64)), torch.from_numpy(np.asarray(b, np.float64))).numpy()
 
 
 @dataclass

@@ -25,7 +25,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
-from flashcheck import exitcodes
+from flashcheck import exitcodes, families
 
 from . import output
 from .document import Block, Bullets, Heading, Image, Para, to_html, to_markdown
@@ -214,7 +214,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("targets", nargs="*", metavar="TARGET",
                    help="FILE.py:FUNCTION, package.module:FUNCTION or a registered kernel (default: all registered)")
     p.add_argument("--kernel", action="append", default=[], metavar="TARGET", help="same as a TARGET (repeatable)")
-    p.add_argument("--family", choices=["softmax", "attention"],
+    p.add_argument("--family", choices=list(families.names()),
                    help="the family of FILE.py/module targets; with no target, only this family's kernels")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"), help="two kernels side by side on the same inputs")
     p.add_argument("--out", type=Path, default=None, help="output folder (default ./flashcheck-report)")
@@ -332,9 +332,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _error(f"--compare {a.name} {b.name}: the same kernel twice")
     if not specs:
         return _error("no kernel to report on")
-    bad = [d for d in args.dtypes or [] if d not in ("fp16", "bf16", "fp32")]
+    from flashcheck.oracles.formats import FLOAT_NAMES
+
+    bad = [d for d in args.dtypes or [] if d not in FLOAT_NAMES]
     if bad:
-        return _error(f"--dtypes: unknown dtype {bad[0]!r} (fp16, bf16, fp32)")
+        return _error(f"--dtypes: unknown dtype {bad[0]!r} ({', '.join(FLOAT_NAMES)})")
     from .run import family_module
 
     known = {c for fam in {s.family for s in specs} for c in family_module(fam).class_names()}
