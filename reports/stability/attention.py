@@ -20,9 +20,11 @@ import torch
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.oracles.attention import AttentionOracle, attention_oracle, compare_attention
 from flashcheck.oracles.formats import Format, ulp_of
-from flashcheck.properties.attention import blocking, fp32_dot
+from flashcheck.properties.attention import blocking, fit_to_declarations, fp32_dot
 from flashcheck.properties.attention.sdpa import sdpa_backends, sdpa_error_ratio, sdpa_output
-from flashcheck.strategies.attention import CLASSES, case_inputs, is_varlen, varlen_inputs, varlen_sequences
+from flashcheck.strategies.attention import (
+    CLASSES, KEYWORD_TENSORS, case_inputs, is_varlen, varlen_inputs, varlen_sequences,
+)
 from flashcheck.strategies.case import Case
 
 from ._stats import Measurement
@@ -83,15 +85,15 @@ def prepare(case: Case, fmt: Format) -> Prepared:
 
 
 def supports(spec: KernelSpec, p: Prepared) -> bool:
-    """Only what the kernel declares it takes (undeclared means taken: a refusal then fails)."""
+    """Only what the kernel declares it takes (undeclared means taken: a refusal then fails): the
+    suite's own check (`fit_to_declarations`), on each sequence of a varlen batch (an empty one is
+    part of the batch, whatever the kernel's shortest key count)."""
     if p.varlen is not None:  # one call for every sequence: each must be one the kernel takes
-        return spec.varlen_fn is not None and spec.has("varlen") and all(supports(spec, d) for _, d in p.parts)
-    M, N, D = p.q.shape[2], p.k.shape[2], p.q.shape[3]
-    if p.keys != N:  # a varlen sequence: sized by the launch (an empty one is part of the batch)
-        N = max(N, 1)
-    return (spec.supports(p.q.dtype, N) and spec.supports_head_dim(D)
-            and (spec.causal or not p.kw.get("causal")) and (spec.kv_lens or p.kw.get("kv_lens") is None)
-            and (spec.custom_scale or p.kw.get("scale") is None) and (not spec.square_only or M == N))
+        return spec.varlen_fn is not None and spec.has("varlen") and all(
+            d.k.shape[2] == 0 or supports(spec, d) for _, d in p.parts)
+    tensors = {"q": p.q, "k": p.k, "v": p.v, **{n: p.kw[n] for n in KEYWORD_TENSORS if p.kw.get(n) is not None}}
+    case = Case(tensors=tensors, kwargs={n: x for n, x in p.kw.items() if n not in KEYWORD_TENSORS})
+    return fit_to_declarations(spec, case) is not None
 
 
 def call(spec: KernelSpec, p: Prepared) -> torch.Tensor:
