@@ -1,6 +1,8 @@
 """Exact oracles: formats and ULP metric, correct and certified rounding, softmax / log-sum-exp,
 log-softmax / softmax-backward / cross-entropy oracles, and the derived kernel error bounds."""
 from .attention import AttentionComparison, AttentionOracle, attention_oracle, compare_attention
+from .attention_backward import AttentionBackward, attention_backward_oracle, attention_backward_quantities
+from .attention_backward_bound import attention_backward_bound
 from .cross_entropy import (
     cross_entropy_grad_bound,
     cross_entropy_grad_oracle,
@@ -26,8 +28,12 @@ from .log_softmax import log_softmax_backward_oracle, log_softmax_oracle, softma
 from .softmax import logsumexp_oracle, softmax_oracle
 
 __all__ = [
+    "AttentionBackward",
     "AttentionComparison",
     "AttentionOracle",
+    "attention_backward_bound",
+    "attention_backward_oracle",
+    "attention_backward_quantities",
     "attention_error_bound",
     "attention_oracle",
     "compare_attention",
