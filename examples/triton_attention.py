@@ -2,7 +2,7 @@
 one program per query block and head, an online softmax over key blocks, `kv_lens` padding, causal
 (top-left), grouped heads and any strides. It is not flashcheck's production kernel
 (kernels/attention.py): it is the kind of kernel an author points `flashcheck check` at, and the
-one the cold-verdict measurement of reports/records/gpu_run.md times.
+one the cold-verdict measurement of reports/gpu_run.md times.
 
     flashcheck check examples/triton_attention.py:attention --family attention -n auto
 """

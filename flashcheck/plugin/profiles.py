@@ -44,7 +44,7 @@ TIMEOUTS: dict[str, float] = {"smoke": 300.0, "ci": 900.0, "dev": 1800.0, "gpu":
 #: first runs every test with ci's 12 examples, so with -x a broken kernel is caught in seconds
 #: rather than after every earlier test's 120 (one H200, kill matrix: median 3.3-4.4 s for the
 #: softmax zoo, against 34-37 s without; the attention zoo's 6.7-16.1 s, against more than 60 s
-#: without, when 7 of its 14 were caught within 100 s; reports/records/gpu_run.md).
+#: without, when 7 of its 14 were caught within 100 s; reports/gpu_run.md).
 QUICK_FIRST: dict[str, int] = {"gpu": 12}
 
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,

@@ -4,7 +4,7 @@ test runs with its profile's full count (a pytest plugin, loaded by the suite's 
 Why: with `-x`, the time to catch a broken kernel is the time spent in the tests that run before the
 one that catches it. In the gpu profile each test draws 120 examples and a new block width compiles
 the kernel again, so a bug that the 15th test shows waits for 14 full tests. Measured on one H200
-(`reports/records/gpu_run.md`, kill matrix in the gpu profile): bugs the first test shows were caught in
+(`reports/gpu_run.md`, kill matrix in the gpu profile): bugs the first test shows were caught in
 2-6 s, the others after 34-78 s or more. In the ci profile (12 examples a test) the CPU catches all
 but one zoo kernel within 10 s. A quick pass of N examples per test (the ci count, say) reaches every
 test early; the full pass then runs every test with the profile's count, unchanged. In the gpu

@@ -1,5 +1,5 @@
 """The one-call GPU lane: the whole suite in the gpu profile, the memory-safety sweep under
-compute-sanitizer, and the record `reports/records/gpu_run.md`.
+compute-sanitizer, and the record `reports/gpu_run.md`.
 
     python3 -m flashcheck.reports.quality.gpu_lane --out DIR [--commit SHA] [--resume DIR0/results.jsonl ...]
                                           [--suite-budget S] [--sweep-budget S] [--no-suite] [--no-sweep]
@@ -291,7 +291,7 @@ WHAT = ("every test of the suite (tests/ and flashcheck/suite) in the gpu profil
 
 
 def write_record(out: Path, rec: dict) -> Path:
-    """DIR/gpu_run.md (the record, reports/quality/records.py's shape: copy it to reports/records/gpu_run.md) and
+    """DIR/gpu_run.md (the record, reports/quality/records.py's shape: copy it to reports/gpu_run.md) and
     DIR/gpu_run.json (everything, uncut)."""
     s, w = rec.get("suite"), rec.get("sweep")
     lines = header("GPU lane", what=WHAT, device=rec["device"], date=rec["date"], commit=rec["commit"],

@@ -92,9 +92,19 @@ def status(fields: dict[str, str], current: str) -> str:
     return f"stale (current: {', '.join(fresh)})" if fresh else "stale"
 
 
+#: The GPU lane's record keeps the path the project's definition of done names, beside the folder.
+LANE = RECORDS.parent / "gpu_run.md"
+
+
 def records() -> list[Path]:
-    """Every committed record: the Markdown under reports/records/ but this index."""
-    return sorted(p for p in [*RECORDS.glob("*.md"), *RECORDS.glob("*/*.md")] if p != INDEX)
+    """Every committed record: the Markdown under reports/records/ but this index, and the lane's."""
+    found = [*RECORDS.glob("*.md"), *RECORDS.glob("*/*.md"), *([LANE] if LANE.exists() else [])]
+    return sorted(p for p in found if p != INDEX)
+
+
+def _name(p: Path) -> str:
+    """A record's path relative to the index (the lane's is ../gpu_run.md)."""
+    return p.relative_to(RECORDS).as_posix() if RECORDS in p.parents else f"../{p.name}"
 
 
 def _title(text: str) -> str:
@@ -106,7 +116,7 @@ def problems() -> list[str]:
     bad = []
     for p in records():
         text = p.read_text()
-        name = p.relative_to(RECORDS)
+        name = _name(p)
         if not text.startswith("# "):
             bad.append(f"{name}: does not open with its title")
         missing = [k for k in FIELDS if k not in read_header(text)]
@@ -122,7 +132,7 @@ def problems() -> list[str]:
 
 def index(current: str | None = None) -> str:
     current = current or head_digest()
-    lines = ["# The records under reports/records/", "",
+    lines = ["# The records under reports/records/ (and the GPU lane's, reports/gpu_run.md)", "",
              f"Each record states what it measures, the device, the date, the commit, the kernels digest and the "
              f"command that regenerates it, then its current result; its history is `git log`. **current**: "
              f"measured at the kernels of HEAD (digest `{current}`, sha256 over `kernels/*.py`); **stale**: "
@@ -132,7 +142,7 @@ def index(current: str | None = None) -> str:
     for p in records():
         f = read_header(p.read_text())
         what = f.get("what", "?").replace("|", "/")
-        lines.append(f"| [{p.relative_to(RECORDS)}]({p.relative_to(RECORDS)}) | {what} | "
+        lines.append(f"| [{_name(p)}]({_name(p)}) | {what} | "
                      f"{f.get('kernels digest', '?').replace('|', '/')} | {status(f, current)} | "
                      f"{f.get('command', '?').replace('|', '/')} |")
     return "\n".join(lines) + "\n"
