@@ -68,5 +68,8 @@ def test_a_failure_is_written_at_once_and_sigterm_then_exits_1(tmp_path: Path) -
     rc, out = _stopped_run(tmp_path, "wrong_on_one", "flashcheck: FAILED ")
     assert re.search(r"flashcheck: FAILED flashcheck/suite/test_softmax.py::test_adversarial_class(_quick)?\[slow\."
                      r"wrong_on_one-fp32-benign\] \(\d+/(12|24) tests", out), out[-3000:]
-    assert "flashcheck: stopped by SIGTERM before the end (exit 1):" in out and " 1 failed" in out, out[-3000:]
+    # how many more classes end (pass, or fail on a length-1 draw) before the signal lands depends on
+    # the machine's speed (CI's counted 2 failures): what matters is that those seen are counted
+    assert "flashcheck: stopped by SIGTERM before the end (exit 1):" in out, out[-3000:]
+    assert re.search(r"tests: \d+ passed, [1-9]\d* failed", out), out[-3000:]
     assert rc == 1, out[-3000:]
