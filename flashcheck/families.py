@@ -9,9 +9,10 @@ command line and `flashcheck/__init__.py` can read the family names cheaply, and
 a module of a higher layer (its report) without the engine importing it: only `reports/` resolves
 `report` (tests/test_layers.py keeps the engine off reports/).
 
-What the kernel layer keeps (it may not import the engine, and this file is the engine's):
-`kernels/registry.py` validates `KernelSpec.family` against its own `FAMILIES` tuple, so a new
-family's name must also be added there; tests/test_families.py checks that the two agree.
+What the kernel layer keeps (it may not import the engine, and this file is the engine's): each
+family's spec type (`kernels.registry.SPEC_TYPES`, registered by `family_spec` beside the family's
+kernels), against which `KernelSpec.family` is validated; tests/test_families.py checks that the
+two lists of names agree.
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from ._common import check_device, check_float, check_knob, check_tensor
-from .registry import CAUSAL_ALIGNS
+from .attention_spec import CAUSAL_ALIGNS
 
 MAX_HEAD_DIM = 256
 

@@ -1,107 +1,88 @@
-"""One spec object per kernel, one registry; tests and reports parametrize over it."""
+"""One spec object per kernel, one registry; tests and reports parametrize over it.
+
+The base spec and the registry live here; a family's spec type lives beside its kernels
+(`softmax_spec.py`, `attention_spec.py`) and registers itself with `family_spec`."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 
-FAMILIES = ("softmax", "attention")
-# Attention features a kernel may lack (NUMERICS.md section 1); strategies never draw an
-# undeclared one. Field names match an external kernel's `flashcheck` capability dict.
-ATTENTION_FEATURES = ("gqa", "dv", "window", "softcap", "varlen", "lse", "attn_mask", "splits", "causal", "kv_lens")
-CAUSAL_ALIGNS = ("top_left", "bottom_right")
 ALL_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32)
+
+#: family name -> the spec type of its kernels (`family_spec`): KernelSpec for a family that declares
+#: nothing of its own, a subclass adding the family's capabilities as fields (softmax_spec.py,
+#: attention_spec.py). A spec's family must be one of these.
+SPEC_TYPES: dict[str, type[KernelSpec]] = {}
+
+
+def family_spec(family: str) -> Callable[[type], type]:
+    """Register `cls` as the spec type of `family`'s kernels (a class decorator)."""
+
+    def deco(cls: type) -> type:
+        if family in SPEC_TYPES and SPEC_TYPES[family] is not cls:
+            raise ValueError(f"family {family!r} already has spec type {SPEC_TYPES[family].__name__}")
+        SPEC_TYPES[family] = cls
+        return cls
+
+    return deco
+
+
+def families() -> tuple[str, ...]:
+    return tuple(SPEC_TYPES)
 
 
 @dataclass(frozen=True)
 class KernelSpec:
-    """What the suite needs to know about a kernel under test.
+    """What the suite needs to know about a kernel under test: the fields every family has.
 
-    fn: softmax family `fn(x) -> y` (x 2-D, y its softmax over the last dim, same dtype);
-        attention family `fn(q, k, v, *, causal=False, scale=None, kv_lens=None) -> o`.
-    error_bound: the family's bound function, `oracles.bounds`; `depth(n)` feeds it the
-        summation depth this kernel's reduction has for a row of n (None: the worst case).
+    A family's own capabilities are fields of its spec type (`SPEC_TYPES`): `KernelSpec(family=F, ...)`
+    builds F's type, so a spec names only fields its family has (an attention field on a softmax
+    kernel is a TypeError naming it).
+
+    fn: the kernel; what it takes and returns is the family's (`flashcheck.families`).
     configs: launch configurations (kwargs for `fn`) that must all give identical bits.
-    tunings: launch configurations that may reassociate the sum (so change the last bits):
-        each must still meet the oracle bound.
+    tunings: launch configurations that may reassociate sums (so change the last bits): each must
+        still meet the oracle bound.
 
     Declared capabilities (what an external kernel says it supports; the defaults claim
     everything, so an undeclared limit fails instead of hiding). They only narrow what the
-    strategies draw and which tests run; `flashcheck.external.CAPABILITIES` documents each.
+    strategies draw and which tests run; `flashcheck.targets.external.CAPABILITIES` documents each.
     """
 
     name: str
     family: str
-    fn: Callable[..., torch.Tensor]
+    fn: Callable[..., Any]
     dtypes: tuple[torch.dtype, ...] = ALL_DTYPES
     max_n: int | None = None
     min_n: int = 1
-    depth: Callable[[int], int] | None = None
     configs: tuple[dict[str, Any], ...] = ()
     tunings: tuple[dict[str, Any], ...] = ()
-    max_head_dim: int = 256
     sizes: tuple[int, ...] = ()
     validates_input: bool | str = "typed"  # "typed": TypeError/ValueError as ours; True: any exception
     contiguous_only: bool = False
-    takes_out: bool | None = None  # None: decided from fn's signature
-    shift_exact: bool = True
-    # attention
-    head_dims: Callable[[int], bool] | None = None  # head dims it takes (None: 1 .. max_head_dim)
-    square_only: bool = False  # M = N only
-    custom_scale: bool = True  # scale=
-    row_sum: str = "rounded_p"  # "rounded_p": V of ones exact; "fp32_p": within 1 ulp
-    block_n: int | None = None  # its key block (the bound's blocking), when declared
-    # (keys per block, key blocks a row goes through) of its launch for (head_dim, n, dtype) and
-    # the call's keyword options, when it knows its own (the production kernel's table); see
-    # key_blocking
-    blocking: Callable[[int, int, torch.dtype, Mapping[str, Any]], tuple[int, int]] | None = None
     bitwise_invariant: bool = True  # same bits for any layout / query order (not in the contract)
     external: bool = False
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
-    # ---- attention capabilities (ignored by the softmax family); defaults: everything ----
-    gqa: bool = True  # Hq a multiple of Hkv, head h reads kv head h // (Hq // Hkv)
-    dv: bool = True  # v's head dim may differ from q/k's
-    window: bool = True  # window=(left, right)
-    softcap: bool = True  # softcap=c
-    varlen: bool = True  # a packed entry point: `varlen_fn` (below)
-    lse: bool = True  # return_lse=True gives (o, lse)
-    attn_mask: bool = True  # attn_mask= bool or float bias, broadcastable to (B, Hq, M, N)
-    splits: bool = True  # num_splits=
-    causal: bool = True  # causal=
-    kv_lens: bool = True  # kv_lens=
-    causal_align: tuple[str, ...] = CAUSAL_ALIGNS  # alignments accepted as causal_align=
-    lse_empty: float = float("-inf")  # lse of a row with no visible key (FlashAttention 2: +inf)
-    varlen_fn: Callable[..., Any] | None = None  # fn(q, k, v, cu_q, cu_k, *, max_seqlen_q, max_seqlen_k, ...)
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> KernelSpec:
+        # KernelSpec(family=F, ...) is F's spec type: an author's file exporting a KernelSpec need
+        # not know the subclasses; dataclasses.replace and copies call the subclass itself.
+        if cls is KernelSpec:
+            cls = SPEC_TYPES.get(kwargs.get("family", args[1] if len(args) > 1 else None), KernelSpec)
+        return object.__new__(cls)
 
     def __post_init__(self) -> None:
         # Every call of the kernel, whoever makes it, goes through the engine's call hook.
         object.__setattr__(self, "fn", _hooked(self.fn, self.name))
-        object.__setattr__(self, "varlen_fn", _hooked(self.varlen_fn, f"{self.name} (varlen)"))
-        if self.family not in FAMILIES:
-            raise ValueError(f"family must be one of {FAMILIES}, not {self.family!r}")
-        aligns = (self.causal_align,) if isinstance(self.causal_align, str) else tuple(self.causal_align)
-        if not aligns or any(a not in CAUSAL_ALIGNS for a in aligns):
-            raise ValueError(f"causal_align must name some of {CAUSAL_ALIGNS}, got {self.causal_align!r}")
-        object.__setattr__(self, "causal_align", aligns)
-        lse_empty = float(self.lse_empty)
-        if lse_empty not in (float("inf"), float("-inf")):
-            raise ValueError(f"lse_empty must be -inf or +inf, got {self.lse_empty!r}")
-        object.__setattr__(self, "lse_empty", lse_empty)
-
-    def has(self, feature: str) -> bool:
-        """Whether this attention kernel declares `feature` (one of ATTENTION_FEATURES)."""
-        if feature not in ATTENTION_FEATURES:
-            raise KeyError(f"unknown attention feature {feature!r}; known: {ATTENTION_FEATURES}")
-        if feature == "varlen":
-            return self.varlen and self.varlen_fn is not None
-        return bool(getattr(self, feature))
-
-    def features(self) -> frozenset[str]:
-        return frozenset(f for f in ATTENTION_FEATURES if self.has(f))
+        if self.family not in SPEC_TYPES:
+            raise ValueError(f"family must be one of {families()}, not {self.family!r}")
+        if not isinstance(self, SPEC_TYPES[self.family]):
+            raise TypeError(f"a {self.family} kernel's spec is a {SPEC_TYPES[self.family].__name__}, "
+                            f"not a {type(self).__name__}")
 
     def supports(self, dtype: torch.dtype, n: int | None = None) -> bool:
         if dtype not in self.dtypes:
@@ -110,27 +91,6 @@ class KernelSpec:
             return True
         return n >= self.min_n and (self.max_n is None or n <= self.max_n)
 
-    def supports_head_dim(self, d: int) -> bool:
-        return d <= self.max_head_dim and (self.head_dims is None or bool(self.head_dims(d)))
-
-    def key_blocking(self, head_dim: int, n: int, dtype: torch.dtype,
-                     options: Mapping[str, Any] | None = None) -> tuple[int, int]:
-        """(keys per block, key blocks) the attention bound needs for n keys and the call's keyword
-        options (causal, window, attn_mask, ...): the kernel's own (`blocking`), else its declared
-        `block_n`, else the worst case: one dot over every key and a rescale per key."""
-        if self.blocking is not None:
-            return self.blocking(head_dim, n, dtype, options or {})
-        if self.block_n:
-            return self.block_n, max(1, -(-n // self.block_n))
-        return max(n, 1), max(n, 1)
-
-    def summation_depth(self, n: int, **launch: Any) -> int:
-        """Depth of the sum's rounding chain for a row of n (n, recursive summation, if unknown),
-        at the default launch or at `launch` (one of `tunings`: chunk sizes change the depth)."""
-        if self.depth is None:
-            return n
-        return self.depth(n, **launch) if launch and _takes(self.depth, launch) else self.depth(n)
-
     def __repr__(self) -> str:  # short ids in pytest output
         return f"KernelSpec({self.name})"
 
@@ -138,20 +98,8 @@ class KernelSpec:
         p.text(repr(self))
 
 
-def _takes(fn: Callable, kwargs: dict[str, Any]) -> bool:
-    """Whether fn accepts these keywords (an author's depth callable may take n alone)."""
-    import inspect
-
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    names = {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
-    return any(p.kind == p.VAR_KEYWORD for p in params) or set(kwargs) <= names
-
-
 #: (fn, name, args, kwargs) -> fn's result: what every call of a spec's kernel goes through. The
-#: engine sets it (`flashcheck.kernel_hooks.attach`: the GPU-fault guard) so kernels never import
+#: engine sets it (`flashcheck.isolation.hooks`: the GPU-fault guard) so kernels never import
 #: the engine; unset, a call is a plain call.
 _CALL_HOOK: list[Callable[..., Any]] = []
 

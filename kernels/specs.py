@@ -6,14 +6,16 @@ import math
 import torch
 
 from ._runtime import INTERPRET as _INTERPRET
-from .registry import KernelSpec, register
+from .attention_spec import AttentionSpec
+from .registry import register
+from .softmax_spec import SoftmaxSpec
 from .softmax import (
     DISPATCH_ROW_MAX_N, DISPATCH_ROW_MAX_N_16BIT, ROW_MAX_N, softmax, softmax_online, softmax_row, softmax_split,
 )
 from .softmax_depth import online_depth, row_depth, softmax_depth, split_depth
 
 
-register(KernelSpec(
+register(SoftmaxSpec(
     name="softmax_row",
     family="softmax",
     fn=softmax_row,
@@ -44,7 +46,7 @@ SMALL_CHUNKS = {"softmax_online": () if _INTERPRET else ({"block_n": 64},),
 # Online and split-row: the bits depend on the chunk sizes (block_n, chunks_per_block,
 # merge_block: the sums reassociate) but not on num_warps (per-lane state plus a fixed
 # pairwise tree), so only num_warps variants are listed as identical-bit configs.
-register(KernelSpec(
+register(SoftmaxSpec(
     name="softmax_online",
     family="softmax",
     fn=softmax_online,
@@ -54,7 +56,7 @@ register(KernelSpec(
     description="one program per row, running (max, sum) per lane over chunks, then a normalize pass",
 ))
 
-register(KernelSpec(
+register(SoftmaxSpec(
     name="softmax_split",
     family="softmax",
     fn=softmax_split,
@@ -64,7 +66,7 @@ register(KernelSpec(
     description="many programs per row give (max, sum) pairs; a normalize pass merges them (looped) and writes",
 ))
 
-register(KernelSpec(
+register(SoftmaxSpec(
     name="softmax",
     family="softmax",
     fn=softmax,
@@ -94,7 +96,7 @@ def _attention_blocking(head_dim: int, n: int, dtype, options) -> tuple[int, int
     return bn, max(1, math.ceil(n / bn))
 
 
-register(KernelSpec(
+register(AttentionSpec(
     name="attention",
     family="attention",
     fn=_attention,

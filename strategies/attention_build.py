@@ -19,7 +19,7 @@ import contextvars
 import os
 
 from flashcheck.kernels._runtime import DEVICE, INTERPRET
-from flashcheck.kernels.registry import ATTENTION_FEATURES, CAUSAL_ALIGNS
+from flashcheck.kernels.attention_spec import ATTENTION_FEATURES, CAUSAL_ALIGNS
 from flashcheck.oracles.formats import Format, format_of
 
 from .case import Case

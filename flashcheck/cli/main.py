@@ -50,7 +50,7 @@ class _CheckParser(exitcodes.ArgumentParser):
             "A feature the kernel never declared and cleanly refuses (ValueError, NotImplementedError,\n"
             "TypeError, AssertionError from its own code, before launching) is skipped, one line per\n"
             "feature at the end naming the declaration that skips it and the one that fails it.\nCapability keys:\n"
-            + "\n".join(f"  {k:16s} {v[3]}" for k, v in CAPABILITIES.items()) + "\n\n" + exitcodes.TABLE)
+            + "\n".join(f"  {k:16s} {c.help}" for k, c in CAPABILITIES.items()) + "\n\n" + exitcodes.TABLE)
         return super().format_help()
 
 

@@ -18,7 +18,7 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
 import torch
 
@@ -26,7 +26,7 @@ from flashcheck.targets import signature
 from flashcheck.targets.signature import FALSE_WORDS, configs
 from flashcheck.fixtures.store import target_identity
 from flashcheck.families import names as family_names
-from flashcheck.kernels.registry import REGISTRY, KernelSpec
+from flashcheck.kernels.registry import REGISTRY, SPEC_TYPES, KernelSpec
 from flashcheck.oracles.formats import BY_NAME
 from flashcheck.isolation import hooks as kernel_hooks
 
@@ -130,52 +130,69 @@ def _callable(v: Any) -> Callable:
     return v
 
 
-ALL_FAMILIES = family_names()  # a capability every registered family takes
-#: Capability key -> (KernelSpec field, converter, families it applies to, help).
-CAPABILITIES: dict[str, tuple[str, Callable[[Any], Any], tuple[str, ...], str]] = {
-    "dtypes": ("dtypes", _dtypes, ALL_FAMILIES, f"dtypes it takes: {', '.join(BY_NAME)}"),
-    "min_n": ("min_n", _positive_int, ALL_FAMILIES, "shortest row (softmax) or key count (attention)"),
-    "max_n": ("max_n", _positive_int, ALL_FAMILIES, "longest row (softmax) or key count (attention)"),
-    "sizes": ("sizes", _ints, ALL_FAMILIES, "sizes that matter to it (tiles, dispatch thresholds): "
-                                        "row/key lengths are drawn just below, at and above them"),
-    "depth": ("depth", _callable, ("softmax",), "depth(n): its summation depth for a row of n"),
-    "validates_input": ("validates_input", _validation, ALL_FAMILIES,
+class Capability(NamedTuple):
+    """A key of an author's `flashcheck` dict: the spec field it sets (`extra.KEY`: kept in the spec's
+    extra), how its value is read, and what it means. Which families take it is not listed: those
+    whose spec type has the field (`families_of`)."""
+
+    field: str
+    convert: Callable[[Any], Any]
+    help: str
+
+
+#: Capability key -> its Capability.
+CAPABILITIES: dict[str, Capability] = {k: Capability(*v) for k, v in {
+    "dtypes": ("dtypes", _dtypes, f"dtypes it takes: {', '.join(BY_NAME)}"),
+    "min_n": ("min_n", _positive_int, "shortest row (softmax) or key count (attention)"),
+    "max_n": ("max_n", _positive_int, "longest row (softmax) or key count (attention)"),
+    "sizes": ("sizes", _ints, "sizes that matter to it (tiles, dispatch thresholds): "
+                              "row/key lengths are drawn just below, at and above them"),
+    "depth": ("depth", _callable, "depth(n): its summation depth for a row of n"),
+    "validates_input": ("validates_input", _validation,
                         "it raises on bad input (dtype, rank, device, size): the bad-input tests run; "
                         "true: any exception, \"typed\": TypeError for dtypes, ValueError for the rest"),
-    "contiguous_only": ("contiguous_only", _bool, ALL_FAMILIES, "it takes contiguous inputs only"),
-    "out": ("takes_out", _bool, ("softmax",), "it accepts out= (guard-band tests run)"),
-    "shift_exact": ("shift_exact", _bool, ("softmax",), "exact shifts give identical bits"),
-    "configs": ("configs", configs, ALL_FAMILIES, "launch kwargs that must give identical bits"),
-    "tunings": ("tunings", configs, ALL_FAMILIES, "launch kwargs that may change bits within the bound"),
-    "head_dims": ("head_dims", _head_dims, ("attention",), "head dims it takes (list or predicate)"),
-    "max_head_dim": ("max_head_dim", _positive_int, ("attention",), "largest head dim"),
-    "square_only": ("square_only", _bool, ("attention",), "M = N only"),
-    "causal": ("causal", _bool, ("attention",), "it takes causal=True"),
-    "causal_align": ("causal_align", _aligns, ("attention",),
+    "contiguous_only": ("contiguous_only", _bool, "it takes contiguous inputs only"),
+    "out": ("takes_out", _bool, "it accepts out= (guard-band tests run)"),
+    "shift_exact": ("shift_exact", _bool, "exact shifts give identical bits"),
+    "configs": ("configs", configs, "launch kwargs that must give identical bits"),
+    "tunings": ("tunings", configs, "launch kwargs that may change bits within the bound"),
+    "head_dims": ("head_dims", _head_dims, "head dims it takes (list or predicate)"),
+    "max_head_dim": ("max_head_dim", _positive_int, "largest head dim"),
+    "square_only": ("square_only", _bool, "M = N only"),
+    "causal": ("causal", _bool, "it takes causal=True"),
+    "causal_align": ("causal_align", _aligns,
                      "causal alignment it implements: top_left (SDPA), bottom_right (FlashAttention)"),
-    "kv_lens": ("kv_lens", _bool, ("attention",), "it takes kv_lens="),
-    "custom_scale": ("custom_scale", _bool, ("attention",), "it takes scale="),
-    "row_sum": ("row_sum", _choice("rounded_p", "fp32_p"), ("attention",),
+    "kv_lens": ("kv_lens", _bool, "it takes kv_lens="),
+    "custom_scale": ("custom_scale", _bool, "it takes scale="),
+    "row_sum": ("row_sum", _choice("rounded_p", "fp32_p"),
                 "row sum from the 16-bit P (V of ones exact) or the fp32 P (within 1 ulp)"),
-    "empty_row_lse": ("lse_empty", _empty_lse, ("attention",),
-                      "lse of a row with no visible key: -inf (torch) or +inf (FlashAttention 2)"),
-    "block_n": ("block_n", _positive_int, ("attention",), "its key block: the bound's blocking"),
-    "bitwise_invariant": ("bitwise_invariant", _bool, ("attention",),
+    "empty_row_lse": ("lse_empty", _empty_lse, "lse of a row with no visible key: -inf (torch) or +inf (FlashAttention 2)"),
+    "block_n": ("block_n", _positive_int, "its key block: the bound's blocking"),
+    "bitwise_invariant": ("bitwise_invariant", _bool,
                           "same bits for any layout and query order (checked bitwise when declared)"),
-    "lse_empty": ("lse_empty", _empty_lse, ("attention",), "same as empty_row_lse"),
-    **{f: (f, _bool, ("attention",), what) for f, what in (
+    "lse_empty": ("lse_empty", _empty_lse, "same as empty_row_lse"),
+    **{f: (f, _bool, what) for f, what in (
         ("gqa", "Hq a multiple of Hkv (GQA/MQA)"), ("dv", "v's head dim may differ from q/k's"),
         ("window", "window=(left, right)"), ("softcap", "softcap=c"), ("lse", "return_lse=True gives (o, lse)"),
         ("attn_mask", "attn_mask= (bool or float bias)"), ("splits", "num_splits="),
         ("varlen", "a packed entry point, given as varlen_fn"))},
-    "max_numel": ("extra.max_numel", _positive_int, ALL_FAMILIES,
+    "max_numel": ("extra.max_numel", _positive_int,
                   "most elements of any one input tensor it takes (grid, 32-bit offset or memory limits)"),
-    "fp32_dot": ("extra.fp32_dot", _choice("ieee", "tf32"), ("attention",),
+    "fp32_dot": ("fp32_dot", _choice("ieee", "tf32"),
                  "how its matmuls read fp32 operands: ieee (exact products) or tf32 (tl.dot's default: 10 "
                  "mantissa bits; the bound adds the derived tf32 terms, oracles.bounds.dot_input_error)"),
-    "varlen_fn": ("varlen_fn", _callable, ("attention",),
+    "varlen_fn": ("varlen_fn", _callable,
                   "fn(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q, max_seqlen_k, ...)"),
-}
+}.items()}
+
+
+def families_of(key: str) -> tuple[str, ...]:
+    """The families whose kernels take capability `key`: those whose spec type has its field (a
+    field kept in extra: every family)."""
+    field = CAPABILITIES[key].field
+    if field.startswith("extra."):
+        return family_names()
+    return tuple(f for f in family_names() if field in {x.name for x in dataclasses.fields(SPEC_TYPES[f])})
 
 
 #: The command-line flag of a capability (`--kernel-cap KEY=VALUE` for the others): messages name it.
@@ -202,7 +219,8 @@ def apply_capabilities(base: dict[str, Any], caps: Mapping[str, Any], family: st
     for key, value in caps.items():
         if key not in CAPABILITIES:
             raise KernelLoadError(f"{origin}: unknown capability {key!r}; known: {', '.join(sorted(CAPABILITIES))}")
-        field, conv, families, _ = CAPABILITIES[key]
+        field, conv, _ = CAPABILITIES[key]
+        families = families_of(key)
         if family not in families:
             raise KernelLoadError(f"{origin}: capability {key!r} is for {'/'.join(families)} kernels, "
                                   f"not {family}")

@@ -114,7 +114,7 @@ def _varlen_parts(spec: KernelSpec, case: Case, out: torch.Tensor, lse: torch.Te
 
 def fp32_dot(spec: KernelSpec) -> str:
     """How the kernel's matmuls read fp32 operands: its declared `fp32_dot`, else "ieee"."""
-    return spec.extra.get("fp32_dot", "ieee")
+    return spec.fp32_dot
 
 
 def outcome(spec: KernelSpec, case: Case) -> Outcome:
