@@ -144,20 +144,22 @@ def _room(module: str) -> int | None:
     return None
 
 
-def _engine_modules(root: Path) -> dict[str, Path]:
+def _engine_modules(root: Path, top: str = "flashcheck") -> dict[str, Path]:
+    """Dotted name -> file of every module under the top-level folder `top` (installed under
+    flashcheck: reports/bench/common.py is flashcheck.reports.bench.common)."""
     mods = {}
-    for p in (root / "flashcheck").rglob("*.py"):
+    for p in (root / top).rglob("*.py"):
         if "__pycache__" in p.parts or "regressions" in p.parts:
             continue
         rel = p.relative_to(root).with_suffix("")
         parts = list(rel.parts[:-1]) if rel.name == "__init__" else list(rel.parts)
-        mods[".".join(parts)] = p
+        mods[".".join(parts if top == "flashcheck" else ["flashcheck", *parts])] = p
     return mods
 
 
-def _engine_graph(root: Path = ROOT) -> dict[str, set[str]]:
-    """module -> the engine modules it imports (at module level or inside functions)."""
-    mods = _engine_modules(root)
+def _engine_graph(root: Path = ROOT, top: str = "flashcheck") -> dict[str, set[str]]:
+    """module -> the modules of the same folder it imports (at module level or inside functions)."""
+    mods = _engine_modules(root, top)
     graph: dict[str, set[str]] = {}
     for name, path in mods.items():
         out: set[str] = set()
@@ -219,6 +221,12 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_engine_has_no_import_loops() -> None:
     assert _cycles(_engine_graph()) == []
+
+
+def test_reports_have_no_import_loops() -> None:
+    # benchmarks share their timing and record helpers through reports/bench/common.py, not through
+    # each other (attention <-> attention_features <-> launch was a loop)
+    assert _cycles(_engine_graph(top="reports")) == []
 
 
 def test_the_engine_rooms_point_down() -> None:

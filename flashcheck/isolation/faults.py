@@ -25,6 +25,8 @@ from typing import Any, Callable
 
 import torch
 
+from flashcheck.isolation import journal
+
 #: Error texts after which the CUDA context is unusable (cudaError 700 illegal address, 716
 #: misaligned address, 715 illegal instruction, 719 launch failure, 710 device-side assert, plus
 #: the driver's names for them as Triton and torch print them).
@@ -108,17 +110,13 @@ def _begin_call(name: str, args: tuple, kwargs: dict) -> None:
     if _LOST:
         raise GpuFault(f"not run: the CUDA context was lost earlier in this process ({_LOST[0]})",
                        "context lost")
-    from flashcheck.isolation import journal as isolation
-
-    isolation.note_call(name, lambda: describe_args(args, kwargs))
+    journal.note_call(name, lambda: describe_args(args, kwargs))
     CALLS[0] += 1
 
 
 def _end_call() -> None:
     """What every kernel call that returned does last: the crash isolation's note is cleared."""
-    from flashcheck.isolation import journal as isolation
-
-    isolation.note_return()
+    journal.note_return()
 
 
 def unsynchronised_call(fn: Callable[..., Any], name: str, args: tuple, kwargs: dict) -> Any:

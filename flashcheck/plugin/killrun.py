@@ -60,10 +60,10 @@ def pytest_configure(config) -> None:  # noqa: ANN001
 def pytest_collection_finish(session) -> None:  # noqa: ANN001
     if not _active():
         return
-    from flashcheck import families as properties
+    from flashcheck import families
 
-    for key, fn in list(properties.PROPERTIES.items()):
-        properties.PROPERTIES[key] = _watch(key[1], fn)
+    for key, fn in list(families.PROPERTIES.items()):
+        families.PROPERTIES[key] = _watch(key[1], fn)
     if os.environ.get(NO_SHRINK_ENV):
         # Only "is it caught": generation is unchanged (derandomized), shrinking is skipped.
         from hypothesis import Phase, settings

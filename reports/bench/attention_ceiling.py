@@ -28,7 +28,8 @@ import torch
 
 from flashcheck import kernels  # noqa: F401  (kernels: runtime switch first)
 from flashcheck.kernels._common import tl, triton
-from flashcheck.reports.bench.attention import DTYPES, SHAPES, _bench, _sdpa, command_line, flops, no_gpu
+from flashcheck.reports.bench.attention import SHAPES
+from flashcheck.reports.bench.common import DTYPES, bench_ms, command_line, flops, no_gpu, sdpa_call
 
 PROG = "python -m flashcheck.reports.bench.attention_ceiling"
 # (BLOCK_M, BLOCK_N, num_warps, num_stages), each with and without warp specialisation
@@ -101,11 +102,11 @@ def run_case(b: int, h: int, s: int, d: int, dtype: torch.dtype, causal: bool) -
     fl = flops(b, h, s, d, causal)
 
     def tflops(fn) -> float:
-        return fl / _bench(fn) / 1e9
+        return fl / bench_ms(fn) / 1e9
 
-    ref = _sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, causal)()
+    ref = sdpa_call(SDPBackend.FLASH_ATTENTION, q, k, v, causal)()
     row = {"dtype": str(dtype).replace("torch.", ""), "shape": (b, h, s, d), "causal": causal,
-           "cudnn": tflops(_sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, causal)),
+           "cudnn": tflops(sdpa_call(SDPBackend.CUDNN_ATTENTION, q, k, v, causal)),
            "ours": tflops(lambda: attention(q, k, v, causal=causal)), "tiles": {}}
     for tile in TILES[d]:
         for ws in (False, True):

@@ -38,8 +38,8 @@ from pathlib import Path
 import torch
 
 from .launch import bench_launch, graph_us, md_launch
-from .attention import (
-    DTYPES, HEAD, OUT, _bench, _sdpa, command_line, flops, max_diff, no_gpu, run_info, sdpa_backend, time_sdpa,
+from .common import (
+    DTYPES, HEAD, OUT, bench_ms, command_line, flops, max_diff, no_gpu, run_info, sdpa_backend, sdpa_call, time_sdpa,
     write_sections,
 )
 
@@ -111,7 +111,7 @@ def _best(times: dict):
 def _math_ref(q, k, v, causal, **kw) -> torch.Tensor:
     from torch.nn.attention import SDPBackend
 
-    return _sdpa(SDPBackend.MATH, q, k, v, causal, **kw)()
+    return sdpa_call(SDPBackend.MATH, q, k, v, causal, **kw)()
 
 
 def _table(title: str, command: str, intro: str, head: list[str], rows: list[list[str]], skipped: int) -> str:
@@ -142,7 +142,7 @@ def bench_gqa(dtypes, quick: bool, budget: Budget) -> list[dict]:
             times, ref = time_sdpa(q, k, v, True, SDPA_ALL, rep=REP, log=log, enable_gqa=True)
             ref = _math_ref(q, k, v, True, enable_gqa=True) if ref is None else ref
             diff = max_diff(attention(q, k, v, causal=True), ref)
-            t = _bench(lambda: attention(q, k, v, causal=True), REP)
+            t = bench_ms(lambda: attention(q, k, v, causal=True), REP)
             rows.append({"dtype": _dn(dtype), "hq": hq, "hkv": hkv, "ours_ms": t, "sdpa_ms": times, "max_diff": diff,
                          "flops": flops(b, hq, s, d, True)})
             log(f"gqa {_dn(dtype)} Hq {hq} Hkv {hkv}: ours {t:.3f} ms, SDPA {times}, max diff {diff:.3g}")
@@ -202,19 +202,19 @@ def bench_decode(dtypes, quick: bool, budget: Budget) -> list[dict]:
         if nbytes not in copy_ms:
             src = torch.empty(nbytes, dtype=torch.uint8, device=DEV)
             dst = torch.empty_like(src)
-            copy_ms[nbytes] = _bench(lambda: dst.copy_(src), DECODE_REP)
+            copy_ms[nbytes] = bench_ms(lambda: dst.copy_(src), DECODE_REP)
             del src, dst
         times, ref = time_sdpa(q, k, v, False, SDPA_ALL, rep=DECODE_REP, log=log, enable_gqa=True)
         ref = _math_ref(q, k, v, False, enable_gqa=True) if ref is None else ref
         with _chosen_splits() as chosen:
             diff = max_diff(attention(q, k, v, num_splits=0), ref)
-        ours = {"auto": _bench(lambda: attention(q, k, v, num_splits=0), DECODE_REP)}
+        ours = {"auto": bench_ms(lambda: attention(q, k, v, num_splits=0), DECODE_REP)}
         for sp in SPLITS:
             diff = max(diff, max_diff(attention(q, k, v, num_splits=sp), ref))
-            ours[sp] = _bench(lambda: attention(q, k, v, num_splits=sp), DECODE_REP)  # noqa: B023  (called here)
+            ours[sp] = bench_ms(lambda: attention(q, k, v, num_splits=sp), DECODE_REP)  # noqa: B023  (called here)
         gpu_us = graph_us(lambda: attention(q, k, v, num_splits=0))  # noqa: B023  (called here)
         # The vendors on the GPU alone too: the short caches' do_bench times are the host's.
-        sdpa_gpu = {name: graph_us(_sdpa(sdpa_backend(name), q, k, v, False, enable_gqa=True))
+        sdpa_gpu = {name: graph_us(sdpa_call(sdpa_backend(name), q, k, v, False, enable_gqa=True))
                     for name, t in times.items() if t is not None}
         rows.append({"dtype": _dn(dtype), "n": n, "hq": hq, "hkv": hkv, "bytes": nbytes, "copy_ms": copy_ms[nbytes],
                      "auto_splits": chosen[0] if chosen else None, "ours_ms": ours, "sdpa_ms": times, "max_diff": diff,
@@ -305,9 +305,9 @@ def bench_varlen(dtypes, quick: bool, budget: Budget) -> list[dict]:
         o = run_varlen()
         ref = packed([torch.nn.functional.scaled_dot_product_attention(*qkv, is_causal=causal) for qkv in dense])
         ours_dense = packed([attention(*qkv, causal=causal) for qkv in dense])
-        t_var = _bench(run_varlen, REP)
-        t_seq = [_bench(lambda: attention(*qkv, causal=causal), REP) for qkv in dense]  # noqa: B023  (called here)
-        t_pad = _bench(lambda: attention(*padded, causal=causal), REP)
+        t_var = bench_ms(run_varlen, REP)
+        t_seq = [bench_ms(lambda: attention(*qkv, causal=causal), REP) for qkv in dense]  # noqa: B023  (called here)
+        t_pad = bench_ms(lambda: attention(*padded, causal=causal), REP)
         rows.append({"dtype": _dn(dtype), "causal": causal, "varlen_ms": t_var, "dense_ms": t_seq, "padded_ms": t_pad,
                      "flops": sum(flops(1, h, s, d, causal) for s in lens), "max_diff": max_diff(o, ref),
                      "diff_dense": max_diff(o, ours_dense)})
@@ -423,7 +423,7 @@ def bench_window(dtypes, quick: bool, budget: Budget) -> list[dict]:
         row = {"dtype": _dn(dtype), "s": s, "kind": kind, "param": param,
                "flops": 4.0 * b * h * d * visible_pairs(s, left),
                "max_diff": max_diff(o[0, :2], _slice_ref(q, k, v, keep, cap)),
-               "ours_ms": _bench(lambda: attention(q, k, v, **opts), REP)}  # noqa: B023  (called here)
+               "ours_ms": bench_ms(lambda: attention(q, k, v, **opts), REP)}  # noqa: B023  (called here)
         row["flex_ms"] = None
         if flex.broken or budget.left() < FLEX_MIN_S:
             log(f"  flex skipped ({'it failed before' if flex.broken else 'budget'})")
@@ -431,7 +431,7 @@ def bench_window(dtypes, quick: bool, budget: Budget) -> list[dict]:
             try:
                 fn = flex(q, k, v, kind, left)
                 row["flex_diff"] = max_diff(fn(), o)
-                row["flex_ms"] = _bench(fn, REP)
+                row["flex_ms"] = bench_ms(fn, REP)
             except Exception as e:  # noqa: BLE001  (no FlexAttention here, or it does not compile)
                 flex.broken = True
                 log(f"  flex unavailable: {type(e).__name__}: {str(e)[:200]}")

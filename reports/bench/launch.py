@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from .attention import _bench, _sdpa
+from .common import bench_ms, sdpa_call
 
 DEV = "cuda"
 LAUNCH = (4, 32, 128, 1024)  # B, Hq, D, N: a short cache, where the host matters most
@@ -109,7 +109,7 @@ def bench_launch(dtypes, quick: bool, budget, *, rep: int, log) -> list[dict]:
                "ours, auto": lambda: attention(q, k, v, num_splits=0)}  # noqa: B023
         fns.update({f"{name}, Triton's launch": tritons_launch(fn) for name, fn in list(fns.items())})
         for name, be in (("SDPA flash", SDPBackend.FLASH_ATTENTION), ("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION)):
-            fns[name] = _sdpa(be, q, k, v, False, enable_gqa=True)
+            fns[name] = sdpa_call(be, q, k, v, False, enable_gqa=True)
         rows += _time_all(fns, f"decode B {b}, N {n}, Hq / Hkv {hq} / {hkv}", str(dtypes[0]).removeprefix("torch."), rep, log)
     for pb, ph, ps, pd, causal in PREFILL[:1] if quick else PREFILL:
         if not budget.case("launch"):
@@ -118,7 +118,7 @@ def bench_launch(dtypes, quick: bool, budget, *, rep: int, log) -> list[dict]:
         q, k, v = (torch.randn(pb, ph, ps, pd, device=DEV, dtype=dtypes[0], generator=g) for _ in range(3))
         fns = {"ours": lambda: attention(q, k, v, causal=causal)}  # noqa: B023  (called in this iteration)
         for name, be in (("SDPA flash", SDPBackend.FLASH_ATTENTION), ("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION)):
-            fns[name] = _sdpa(be, q, k, v, causal)
+            fns[name] = sdpa_call(be, q, k, v, causal)
         rows += _time_all(fns, f"prefill {pb}, {ph}, {ps}, {pd}{' causal' if causal else ''}",
                           str(dtypes[0]).removeprefix("torch."), rep, log)
     return rows
@@ -132,7 +132,7 @@ def _time_all(fns: dict, case: str, dtype: str, rep: int, log) -> list[dict]:
         except RuntimeError:  # a backend that refuses the input
             continue
         row = {"dtype": dtype, "case": case, "name": name, "host_us": host_us(fn), "graph_us": graph_us(fn),
-               "do_bench_us": _bench(fn, rep) * 1e3}
+               "do_bench_us": bench_ms(fn, rep) * 1e3}
         rows.append(row)
         log(f"launch {case} {name}: {row}")
     return rows

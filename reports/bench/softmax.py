@@ -31,7 +31,7 @@ from triton.testing import do_bench
 
 from flashcheck.reports import RECORDS
 
-from .attention import run_info, write_sections
+from .common import run_info, write_sections
 
 PROG = "python -m flashcheck.reports.bench.softmax"
 #: softmax_bench.md's header (attention.write_sections): its main table and its accuracy section.

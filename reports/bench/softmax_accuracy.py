@@ -28,7 +28,7 @@ from flashcheck.oracles.formats import format_of, ulp_of
 
 from flashcheck.reports import RECORDS
 
-from .attention import command_line, no_gpu, run_info, write_sections
+from .common import command_line, no_gpu, run_info, write_sections
 from .softmax import HEAD
 
 PROG = "python -m flashcheck.reports.bench.softmax_accuracy"
