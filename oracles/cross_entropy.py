@@ -31,7 +31,7 @@ import torch
 
 from .ball import ZERO, Ball
 from .formats import FP32, Format, format_of, ulp_of
-from .log_softmax import _LseRow, as_rows, exact_values
+from .log_softmax import _LseRow, as_rows, exact_values, nudged
 from .rounding import round_certified, round_fraction
 
 __all__ = [
@@ -134,13 +134,32 @@ class _Config:
         if lse is None:
             return None
         t = int(self.t[i])
-        xs = [row.xprime_exact(j) for j in range(row.n)]
-        if any(v is None for v in xs):
+        # the x' it meets: the target's, and with smoothing every one (a -inf among them made the loss
+        # infinite: loss_special); a masked column's -inf is no rational
+        xs = {j: row.xprime_exact(j) for j in (range(row.n) if self.eps > 0 else (t,))}
+        if any(v is None for v in xs.values()):
             return None
         out = (1 - self.epsq) * self.wq[t] * (lse - xs[t]) + Fraction(self.z) * lse * lse
         if self.eps > 0:
             out += self.sq * sum((self.wq[j] * (lse - xs[j]) for j in range(row.n)), Fraction(0))
         return out
+
+    def loss_split(self, i: int) -> tuple[Fraction, int] | None:
+        """(q, sign) when the row's loss is q + tau, q exact and tau of that sign too small for any
+        working precision (`_LseRow.negligible_L`; with lse = x_m + L):
+        q = (1-eps) w_t (x_m - x_t) + (eps/V) sum_j w_j (x_m - x_j) + z x_m^2,
+        tau = L ((1-eps) w_t + (eps/V) W + 2 z x_m) + z L^2. None otherwise."""
+        row = self.row(i)
+        if not row.negligible_L():
+            return None
+        t, xm = int(self.t[i]), Fraction(row.m)
+        q = (1 - self.epsq) * self.wq[t] * (xm - Fraction(float(row.x[t])))
+        if self.eps > 0:
+            q += self.sq * sum((self.wq[j] * (xm - Fraction(float(row.x[j]))) for j in np.flatnonzero(row.fin)),
+                               Fraction(0))
+        z = Fraction(self.z)
+        a = (1 - self.epsq) * self.wq[t] + self.sq * self.Wq + 2 * z * xm
+        return q + z * xm * xm, (1 if a > 0 else -1 if a < 0 else (1 if z else 0))
 
     def loss_ball(self, i: int, prec: int) -> Ball:
         """(1-eps) w_t (L - d_t) + (eps/V) (W L + sum_j w_j (-d_j)) + z lse^2: every term >= 0
@@ -232,6 +251,7 @@ def cross_entropy_oracle(logits, target, fmt: FormatLike, *, ignore_index: int =
     per = np.zeros(cfg.N)
     specials: dict[int, float] = {}
     exact: dict[int, Fraction] = {}
+    split: dict[int, tuple[Fraction, int]] = {}
     for i in range(cfg.N):
         if cfg.ignored[i]:
             continue
@@ -243,6 +263,9 @@ def cross_entropy_oracle(logits, target, fmt: FormatLike, *, ignore_index: int =
         if q is not None:
             exact[i] = q
             per[i] = round_fraction(q, fmt)
+        elif (sp := cfg.loss_split(i)) is not None:
+            split[i] = sp
+            per[i] = nudged(sp[0], sp[1], fmt)
         elif cfg.reduction == "none":
             row = cfg.row(i)
             per[i] = round_certified(lambda prec, i=i: cfg.loss_ball(i, prec).pair(), fmt,
@@ -259,6 +282,10 @@ def cross_entropy_oracle(logits, target, fmt: FormatLike, *, ignore_index: int =
     div = cfg.Wt if cfg.reduction == "mean" else Fraction(1)
     if not rest:
         return np.array(round_fraction(qsum / div, fmt))
+    signs = {split[i][1] for i in rest if i in split} - {0}
+    if all(i in split for i in rest) and len(signs) <= 1:  # q + tau with one sign: as one row's
+        q = (qsum + sum((split[i][0] for i in rest), Fraction(0))) / div
+        return np.array(nudged(q, signs.pop() if signs else 0, fmt))
 
     def total_ball(prec: int):
         b = Ball.fraction(qsum, prec)

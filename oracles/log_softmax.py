@@ -29,7 +29,7 @@ from mpmath import libmp
 
 from .ball import ONE, ZERO, Ball
 from .formats import Format, format_of, round_float64
-from .rounding import round_certified, round_mpf
+from .rounding import round_certified, round_fraction, round_mpf
 
 __all__ = ["log_softmax_oracle", "softmax_backward_oracle", "log_softmax_backward_oracle"]
 
@@ -54,6 +54,20 @@ def as_rows(x: np.ndarray | torch.Tensor) -> tuple[np.ndarray, tuple[int, ...]]:
         raise ValueError("need at least one dimension (rows are over the last)")
     rows = int(np.prod(a.shape[:-1], dtype=np.int64))
     return np.ascontiguousarray(a.reshape(rows, a.shape[-1])), a.shape
+
+
+#: Past this gap below the max (every other kept entry), L = log1p(T) < n e^-8192 < 2^-11800: next to an
+#: exact dyadic (a difference of logits) no working precision Ziv's loop reaches (2^16 bits) resolves it,
+#: and at a rounding midpoint it never would. `nudged` rounds such values instead.
+NEGLIGIBLE_GAP = 8192.0
+
+
+def nudged(q: Fraction, sign: int, fmt: Format) -> float:
+    """The correct rounding of q + tau for any tau of sign `sign` with |tau| < 2^-(160 + bits of q's
+    denominator): every rounding boundary of fp16/bf16/fp32 (and the overflow threshold) is a
+    multiple of 2^-150, and a rational a/b off that grid is at least 2^-150 / b from it, so no
+    boundary lies strictly between q and q + tau: q + sign 2^-(161 + bits) rounds as q + tau does."""
+    return round_fraction(q + sign * Fraction(1, 2 ** (161 + q.denominator.bit_length())), fmt)
 
 
 def start_prec(n: int) -> int:
@@ -92,11 +106,19 @@ class _LseRow:
         self._cache: dict[int, dict] = {}
         self._d_exact: dict[int, Ball] = {}
 
+    def negligible_L(self) -> bool:
+        """L > 0 but past any working precision beside an exact value: no softcap, and every kept
+        entry but one maximum more than NEGLIGIBLE_GAP below it (L < n e^-8192)."""
+        if self.c is not None or self.tie:
+            return False
+        others = self.x[self.fin & (np.arange(self.n) != self.i0)]
+        return others.size > 0 and float(others.max()) - self.m < -NEGLIGIBLE_GAP
+
     # exact pieces ---------------------------------------------------------------------------
     def xprime_exact(self, j: int) -> Fraction | None:
         """x'_j when it is rational (no softcap, or x_j = 0), else None."""
         if self.c is None:
-            return Fraction(float(self.x[j]))
+            return Fraction(float(self.x[j])) if math.isfinite(self.x[j]) else None
         return Fraction(0) if self.x[j] == 0 else None
 
     def chain_exact(self, j: int) -> Fraction | None:
@@ -242,6 +264,8 @@ def log_softmax_oracle(x: np.ndarray | torch.Tensor, fmt: FormatLike) -> np.ndar
                 out[i, j] = -np.inf
             elif row.tie and row.k == 1:
                 out[i, j] = 0.0  # x_j = lse exactly
+            elif row.negligible_L():  # (x_j - m) - L with L > 0 below any precision: rounds as a nudge down
+                out[i, j] = nudged(Fraction(float(rows[i, j])) - Fraction(row.m), -1, fmt)
             else:
                 out[i, j] = round_certified(lambda prec, j=j: row.log_softmax(j, prec).pair(), fmt,
                                             start_prec=row.prec0)

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from flashcheck.oracles import BF16, FP16, FP32, Format, round_float64, round_mpf, ulp_distance
+from flashcheck.oracles import BF16, FP16, FP32, Format, round_float64, round_fraction, round_mpf, ulp_distance
 from flashcheck.oracles.ball import Ball
 from flashcheck.oracles.cross_entropy import (
     _Config,
@@ -368,3 +368,30 @@ def test_vocabulary_of_4096() -> None:
     assert rounds_within(cross_entropy_oracle(x, t, BF16, label_smoothing=0.1), loss, BF16, rel=2.0**-40)
     assert rounds_within(cross_entropy_grad_oracle(x, t, BF16, label_smoothing=0.1), grad, BF16,
                          rel=2.0**-40, abs_=2.0**-50)
+
+
+def test_a_negligible_rest_beside_a_midpoint_is_decided() -> None:
+    """Every entry but the max more than 8192 below it: L = log1p(T) is positive and below any working
+    precision, so beside an exact x_j - x_m on a rounding midpoint Ziv's loop never decided (the
+    log_softmax suite's huge_magnitude class found this bf16 row); the value rounds as the difference
+    nudged toward -inf (toward +inf for the loss, lse - x_t)."""
+    x = torch.tensor([[-5.1175e37, -9.5040e37, -1.4455e37]], dtype=torch.bfloat16)
+    vals = [Fraction(float(v)) for v in x[0].float()]
+    out = log_softmax_oracle(x, BF16)[0]
+    for j, v in enumerate(vals):
+        d = v - vals[2]
+        assert out[j] == round_fraction(d - Fraction(1, 2**300), BF16), (j, out[j])
+    midpoints = [j for j, v in enumerate(vals) if round_fraction(v - vals[2] + Fraction(1, 2**300), BF16)
+                 != round_fraction(v - vals[2] - Fraction(1, 2**300), BF16)]
+    assert midpoints, "the row no longer holds a midpoint: the test lost its point"
+    for t in range(3):
+        loss = cross_entropy_oracle(x, torch.tensor([t]), BF16, reduction="none")[0]
+        assert loss == round_fraction(vals[2] - vals[t] + Fraction(1, 2**300), BF16)
+    assert np.isfinite(cross_entropy_oracle(x.repeat(2, 1), torch.tensor([0, 1]), BF16, reduction="sum"))
+
+
+def test_a_masked_column_beside_a_single_kept_entry() -> None:
+    """A row [0, -inf]: one kept entry (lse = 0 exactly); its -inf column is no rational (it raised)."""
+    x = torch.tensor([[0.0, float("-inf")]])
+    assert cross_entropy_oracle(x, torch.tensor([0]), FP32, reduction="none")[0] == 0.0
+    assert cross_entropy_oracle(x, torch.tensor([1]), FP32, reduction="none")[0] == math.inf
