@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from .cross_entropy import _Config, cross_entropy_grad_oracle, cross_entropy_oracle
-from .formats import Format, format_of
+from .formats import FP32, Format, format_of, ulp_of
 from .log_softmax_bound import FTZ, U, finish, gamma, lse_error
 
 __all__ = ["cross_entropy_loss_error", "cross_entropy_grad_error"]
@@ -158,7 +158,9 @@ def cross_entropy_grad_error(logits, target, fmt: FormatLike, grad_output=1.0, *
     p^_j off by p_j rho_j, rho_j = Delta + delta_j + 3u (d_j + L) + 4u (the exponent x'_j - lse^ and its
     roundings, ex2.approx); p_j - 1 one rounding; W's sum depth u W p_j; the terms combined 4u each;
     p_j flushed below 2^-126; the chain factor (softcap) C_j as above; the products 3u; for "mean" the
-    scale g / W_t off by gamma(N + 2)."""
+    scale g / W_t off by gamma(N + 2). A fused kernel may store the gradient of a unit grad_output in the
+    logits' dtype and scale it afterwards (Liger's, flash-attn's, ours under autograd): a 16-bit
+    gradient then rounds twice, one ulp more where grad_output is not 1."""
     fmt = format_of(fmt)
     cfg = _config(logits, target, ignore_index=ignore_index, label_smoothing=label_smoothing, reduction=reduction,
                   weight=weight, z_loss=z_loss, softcap=softcap)
@@ -187,4 +189,7 @@ def cross_entropy_grad_error(logits, target, fmt: FormatLike, grad_output=1.0, *
         pre[i] = row
     pre = np.where(np.isfinite(pre), pre, 0.0)
     out = finish(pre, r, fmt)
+    if fmt != FP32:  # stored in 16 bits for a unit grad_output, then scaled: a second rounding
+        scaled = (g.reshape(-1) != 1.0) if reduction == "none" and g.size == cfg.N else np.full(cfg.N, g[0] != 1.0)
+        out = out + np.where(scaled[:, None] & (out > 0), ulp_of(np.abs(np.nan_to_num(r)) + pre, fmt), 0.0)
     return out[0] if cfg.one_row else out
