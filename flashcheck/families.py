@@ -76,8 +76,12 @@ class Family:
         return tuple(dict.fromkeys(n for s in self.property_sets for n in getattr(mod, s)))
 
     def suite_files(self) -> list[str]:
+        """Its suite modules, `test_<name>.py` and `test_<name>_*.py`, less those of a family whose
+        longer name they start with (test_softmax_backward.py is softmax_backward's, not softmax's)."""
         folder = Path(self.suite_dir) if self.suite_dir else SUITE
-        return sorted(str(p) for p in folder.glob(f"test_{self.name}*.py"))
+        longer = [f"test_{n}" for n in FAMILY_RECORDS if n != self.name and n.startswith(self.name)]
+        return sorted(str(p) for p in folder.glob(f"test_{self.name}*.py")
+                      if not any(p.stem == n or p.stem.startswith(n + "_") for n in longer))
 
 
 #: What the engine asks a family's properties module besides its properties, each with the default
@@ -113,6 +117,21 @@ FAMILY_RECORDS: dict[str, Family] = {f.name: f for f in (
            property_sets=("CORE_PROPERTIES", "METAMORPHIC_PROPERTIES", "VARLEN_PROPERTIES"),
            report="flashcheck.reports.stability.attention", oracle="flashcheck.oracles.attention:attention_oracle",
            bound="flashcheck.oracles.bounds:attention_error_bound", length_input="k", length_axis=-2),
+    Family("softmax_backward", strategies="flashcheck.strategies.softmax_backward",
+           properties="flashcheck.properties.softmax_backward", property_sets=("CORE_PROPERTIES", "META_PROPERTIES"),
+           oracle="flashcheck.oracles.log_softmax:softmax_backward_oracle",
+           bound="flashcheck.oracles.log_softmax_bound:softmax_backward_bound", length_input="y"),
+    Family("log_softmax", strategies="flashcheck.strategies.log_softmax", properties="flashcheck.properties.log_softmax",
+           property_sets=("CORE_PROPERTIES", "META_PROPERTIES"), oracle="flashcheck.oracles.log_softmax:log_softmax_oracle",
+           bound="flashcheck.oracles.log_softmax_bound:log_softmax_bound", length_input="x"),
+    Family("log_softmax_backward", strategies="flashcheck.strategies.log_softmax_backward",
+           properties="flashcheck.properties.log_softmax_backward", property_sets=("CORE_PROPERTIES", "META_PROPERTIES"),
+           oracle="flashcheck.oracles.log_softmax:log_softmax_backward_oracle",
+           bound="flashcheck.oracles.log_softmax_bound:log_softmax_backward_bound", length_input="logp"),
+    Family("cross_entropy", strategies="flashcheck.strategies.cross_entropy",
+           properties="flashcheck.properties.cross_entropy", property_sets=("CORE_PROPERTIES", "META_PROPERTIES"),
+           oracle="flashcheck.oracles.cross_entropy:cross_entropy_oracle",
+           bound="flashcheck.oracles.cross_entropy_bound:cross_entropy_loss_error", length_input="logits"),
 )}
 
 

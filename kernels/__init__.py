@@ -3,6 +3,8 @@ from ._runtime import DEVICE, INTERPRET  # first: switches on the interpreter wh
 from .registry import REGISTRY, SPEC_TYPES, KernelSpec, get, kernels, register
 from .softmax_spec import SoftmaxSpec
 from .attention_spec import AttentionSpec
+from .row_spec import LogSoftmaxBackwardSpec, LogSoftmaxSpec, SoftmaxBackwardSpec
+from .cross_entropy_spec import CrossEntropySpec
 from .attention import attention
 from .softmax import softmax, softmax_online, softmax_row, softmax_split
 from . import specs  # noqa: F401  (registers the production kernels)
@@ -13,5 +15,6 @@ import sys as _sys
 # by module, not by package attribute: `attention` and `softmax` here are the functions.
 settle_cache_keys(*(_sys.modules[f"{__name__}.{m}"] for m in ("_common", "softmax", "attention_merge", "attention")))
 
-__all__ = ["DEVICE", "INTERPRET", "REGISTRY", "SPEC_TYPES", "KernelSpec", "SoftmaxSpec", "AttentionSpec", "get", "kernels", "register",
+__all__ = ["DEVICE", "INTERPRET", "REGISTRY", "SPEC_TYPES", "KernelSpec", "SoftmaxSpec", "AttentionSpec", "SoftmaxBackwardSpec", "LogSoftmaxSpec",
+           "LogSoftmaxBackwardSpec", "CrossEntropySpec", "get", "kernels", "register",
            "attention", "softmax", "softmax_row", "softmax_online", "softmax_split"]

@@ -116,3 +116,23 @@ register(AttentionSpec(
     blocking=_attention_blocking,
     description="fused attention forward: online softmax in exp2, fp32 accumulators, P in 16 bits",
 ))
+
+
+# ---- the training families (issue 52) ------------------------------------------------------------
+# Torch references until the Triton kernels (branch k52) are registered in their place.
+from .cross_entropy_spec import CrossEntropySpec  # noqa: E402
+from .row_spec import LogSoftmaxBackwardSpec, LogSoftmaxSpec, SoftmaxBackwardSpec  # noqa: E402
+from .torch_references import (  # noqa: E402
+    cross_entropy_reference, log_softmax_backward_reference, log_softmax_reference, softmax_backward_reference,
+)
+
+register(SoftmaxBackwardSpec(name="softmax_backward_ref", family="softmax_backward", fn=softmax_backward_reference,
+                             validates_input=False, description="torch reference in float64"))
+register(LogSoftmaxSpec(name="log_softmax_ref", family="log_softmax", fn=log_softmax_reference,
+                        validates_input=False, shift_exact=False, description="torch.log_softmax in fp32"))
+register(LogSoftmaxBackwardSpec(name="log_softmax_backward_ref", family="log_softmax_backward",
+                                fn=log_softmax_backward_reference, validates_input=False,
+                                description="torch reference in float64"))
+register(CrossEntropySpec(name="cross_entropy_ref", family="cross_entropy", fn=cross_entropy_reference,
+                          validates_input=False, inplace_backward=False,
+                          description="F.cross_entropy in float64, autograd"))

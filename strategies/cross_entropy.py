@@ -537,6 +537,8 @@ CE_CLASS_RECORDS: tuple[StrategyClass, ...] = (
     _C("z_loss", ce_z_loss, frozenset({"z_loss"})),
 )
 CE_CLASSES = by_name(CE_CLASS_RECORDS)
+#: The cross_entropy family's tables (flashcheck/families.py reads these names in every strategies module).
+CLASS_RECORDS, CLASSES = CE_CLASS_RECORDS, CE_CLASSES
 CE_CLASS_FEATURES: dict[str, frozenset] = {r.name: r.needs for r in CE_CLASS_RECORDS if r.needs}
 
 
@@ -706,7 +708,7 @@ LOG_SOFTMAX_CLASS_RECORDS = _SOFTMAX_RECORDS
 LOG_SOFTMAX_CLASSES = _SOFTMAX_CLASSES
 
 __all__ = [
-    "CE_CLASS_RECORDS", "CE_CLASSES", "CE_CLASS_FEATURES", "ce_classes_for", "cross_entropy_cases",
+    "CLASS_RECORDS", "CLASSES", "CE_CLASS_RECORDS", "CE_CLASSES", "CE_CLASS_FEATURES", "ce_classes_for", "cross_entropy_cases",
     "SOFTMAX_BACKWARD_CLASS_RECORDS", "SOFTMAX_BACKWARD_CLASSES",
     "LOG_SOFTMAX_BACKWARD_CLASS_RECORDS", "LOG_SOFTMAX_BACKWARD_CLASSES",
     "LOG_SOFTMAX_CLASS_RECORDS", "LOG_SOFTMAX_CLASSES",

@@ -4,7 +4,7 @@ where flashcheck is installed, so importing it is cheap and changes nothing).
 It adds the `flashcheck` options; it adds tests to a run only when asked: `--kernel TARGET`
 (`FILE.py:fn`, `package.module:fn` or a registered name) with `--family F` and no test paths runs
 that family's installed suite against the kernel. Test modules of the suite set
-`FAMILY = "softmax" | "attention"`; a test taking `spec` runs for every active kernel of the family,
+`FAMILY` (a family's name, flashcheck/families.py); a test taking `spec` runs for every active kernel of the family,
 with `dtype` for each dtype the kernel declares.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ _OURS_KEY = pytest.StashKey[bool]()  # a flashcheck run: a suite, or --kernel/--
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    g = parser.getgroup("flashcheck", "flashcheck: softmax and attention kernel checks")
+    g = parser.getgroup("flashcheck", "flashcheck: kernel checks (softmax, attention, the training families)")
     g.addoption("--kernel", dest="flashcheck_kernel", default=None, metavar="TARGET",
                 help="check this kernel (FILE.py:FUNCTION, package.module:FUNCTION or a registered name) "
                      "instead of the registered ones; with no test paths, runs the family's suite")
@@ -158,8 +158,8 @@ def _sample(config: pytest.Config) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     _sample(config)
-    config.addinivalue_line("markers", "softmax: a test of the softmax family's suite")
-    config.addinivalue_line("markers", "attention: a test of the attention family's suite")
+    for name in families.names():
+        config.addinivalue_line("markers", f"{name}: a test of the {name} family's suite")
     target, family = config.getoption("flashcheck_kernel"), config.getoption("flashcheck_family")
     config.stash[_ACTIVE_KEY] = bool(target or family)
     _configure_fixtures(config)

@@ -85,6 +85,16 @@ def default_profile(*, gpu: bool | None = None, environ: Mapping[str, str] | Non
     return "ci" if _truthy(env.get("CI")) else "dev"
 
 
+def share_of_examples(fraction: float) -> settings:
+    """The loaded tier's settings with `fraction` of its examples per test (at least 2), as a test's
+    `@settings`: for suites whose every example costs far more than a softmax row's (the training
+    families: certified oracles of a loss and its gradient, several kernel calls), so that a tier
+    keeps its proportions (ci 12 -> 12 fraction, gpu 120 -> 120 fraction) and the ci tier's CPU run its
+    time. Read when the suite module is imported: after the profile is loaded (conftest, then
+    --hypothesis-profile)."""
+    return settings(max_examples=max(2, round(settings.default.max_examples * fraction)))
+
+
 def default_quick_first(profile: str) -> int:
     """Examples of the quick pass a tier runs first (0: none)."""
     return QUICK_FIRST.get(profile, 0)

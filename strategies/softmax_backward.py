@@ -1,0 +1,7 @@
+"""The softmax_backward family's adversarial classes: cases with "y" (a correctly rounded softmax)
+and "dy", the table of `strategies/cross_entropy.py` (docs/NUMERICS.md 9.5)."""
+from __future__ import annotations
+
+from .cross_entropy import SOFTMAX_BACKWARD_CLASS_RECORDS as CLASS_RECORDS, SOFTMAX_BACKWARD_CLASSES as CLASSES
+
+__all__ = ["CLASS_RECORDS", "CLASSES"]
