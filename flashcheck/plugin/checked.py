@@ -31,6 +31,7 @@ class CheckedTally:
         self.config = config
         self.tests = self.tests_checked = self.examples = self.calls = self.skipped = 0
         self.refusals: list[dict[str, Any]] = []  # flashcheck.properties.refusals' records, every worker's
+        self.notes: list[str] = []  # flashcheck.properties.tally.NOTES, every worker's, each once
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Any:
@@ -38,7 +39,7 @@ class CheckedTally:
         from flashcheck.properties import tally as properties
         from flashcheck.properties import refusals
 
-        examples, calls = properties.EXAMPLES[0], faults.CALLS[0]
+        examples, calls, notes = properties.EXAMPLES[0], faults.CALLS[0], len(properties.NOTES)
         refusals.begin(item.nodeid)
         refused: dict[str, Any] = {}
         try:
@@ -61,7 +62,8 @@ class CheckedTally:
             refused = refused or refusals.take(item.nodeid)
             item.user_properties.append((_KEY, {
                 "examples": properties.EXAMPLES[0] - examples - refused.get("refused", 0),
-                "calls": faults.CALLS[0] - calls - refused.get("calls", 0), "refusals": refused.get("records", [])}))
+                "calls": faults.CALLS[0] - calls - refused.get("calls", 0), "refusals": refused.get("records", []),
+                "notes": properties.NOTES[notes:]}))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):
@@ -74,6 +76,7 @@ class CheckedTally:
                 self.calls += value["calls"]
                 self.tests_checked += bool(value["calls"])
                 self.refusals += value.get("refusals", [])
+                self.notes += [n for n in value.get("notes", []) if n not in self.notes]
 
     def _verdict_here(self) -> bool:
         """Only the process that reports (not an xdist worker), and only for the whole run: a child
@@ -92,7 +95,7 @@ class CheckedTally:
             return
         from flashcheck.properties.refusals import summary_lines
 
-        for line in summary_lines(self.refusals):
+        for line in summary_lines(self.refusals) + self.notes:
             terminalreporter.write_line(line, yellow=True)
         if not self.calls:
             # (a bad fixture's test fails before any call: "every one skipped" would hide it)
