@@ -17,8 +17,9 @@ rounds once.
 
 Host work: the targets are checked (a target outside [0, V) that is not ignore_index is a ValueError
 naming the first such row) and the weights checked finite with one device-to-host copy of two numbers
-per call (a sync); the reductions are float64 sums of the per-row fp32 losses, rounded once to the
-logits' dtype. The logits are read with their strides; the gradient is contiguous (or the logits).
+per call (a sync). A row's loss is combined in fp64 in the kernel (fp32 everywhere else), the
+reductions are float64 sums of those, rounded once to the logits' dtype. The logits are read with
+their strides; the gradient is contiguous (or the logits).
 """
 from __future__ import annotations
 
@@ -134,10 +135,10 @@ def _counted_weight(target, w32, opts: _Options, v: int) -> torch.Tensor:
 
 
 def _launch(logits, target, w32, opts: _Options, grad_scale: torch.Tensor | None):
-    """Per-row fp32 losses, and with grad_scale (fp32 (N,) or (1,)) the gradient g * d loss_i / d x."""
+    """Per-row fp64 losses, and with grad_scale (fp32 (N,) or (1,)) the gradient g * d loss_i / d x."""
     n, v = logits.shape
     cfg = ce_config(v, opts.block_v)
-    per_row = torch.empty(n, dtype=torch.float32, device=logits.device)
+    per_row = torch.empty(n, dtype=torch.float64, device=logits.device)
     grad = None
     if grad_scale is not None:
         grad = logits.detach() if opts.inplace_backward else torch.empty((n, v), dtype=logits.dtype,
@@ -147,12 +148,13 @@ def _launch(logits, target, w32, opts: _Options, grad_scale: torch.Tensor | None
     g = grad if grad is not None else logits  # never written without GRAD
     (v_, sxm, sgm), mul = by16(v, logits.stride(0), g.stride(0))
     eps, c = opts.label_smoothing, opts.softcap
-    cap_args = (c, 1.0 / c, 2.0 * LOG2E / c) if c is not None else (1.0, 1.0, 1.0)
-    gs = grad_scale if grad_scale is not None else per_row
+    cap = (c, 1.0 / c, 2.0 * LOG2E / c) if c is not None else (1.0, 1.0, 1.0)
+    prm = torch.tensor([1.0 - eps, eps / v, opts.z_loss, *cap], dtype=torch.float64).to(logits.device)
+    gs = grad_scale if grad_scale is not None else torch.ones(1, dtype=torch.float32, device=logits.device)
     launch(_ce_kernel, (n,),
-           (kernel_view(logits.detach()), target, w32 if w32 is not None else per_row, gs, per_row, kernel_view(g),
+           (kernel_view(logits.detach()), target, w32 if w32 is not None else gs, gs, prm, per_row, kernel_view(g),
             v_, sxm, logits.stride(1), target.stride(0), sgm, g.stride(1), 1 if gs.numel() > 1 else 0,
-            opts.ignore_index, 1.0 - eps, eps / v, opts.z_loss, *cap_args),
+            opts.ignore_index),
            dict(BLOCK=cfg.block, LOG2B=cfg.block.bit_length() - 1, X_BITS=bf16_as_bits(logits.dtype),
                 G_BITS=bf16_as_bits(g.dtype), MUL=mul, HAS_W=w32 is not None, SMOOTH=eps > 0.0,
                 ZLOSS=opts.z_loss > 0.0, SOFTCAP=c is not None, GRAD=grad is not None, num_warps=cfg.num_warps,
@@ -163,7 +165,7 @@ def _launch(logits, target, w32, opts: _Options, grad_scale: torch.Tensor | None
 def _reduce(per_row: torch.Tensor, wt: torch.Tensor, reduction: str, dtype: torch.dtype) -> torch.Tensor:
     if reduction == "none":
         return per_row.to(dtype)
-    total = per_row.to(torch.float64).sum()
+    total = per_row.sum()
     if reduction == "mean":
         total = torch.where(wt == 0, math.nan, total / wt)  # torch: 0/0 = NaN, also weight 0 on every target
     return total.to(dtype)

@@ -10,9 +10,9 @@ zero gradient, without reading its logits. Otherwise:
   and one rescale a later chunk, log2 BLOCK tree levels), with no tree in the loop; bits independent of
   num_warps. With label smoothing also T = sum_j w_j (m - x_j) and W = sum_j w_j per lane, T shifted by
   W (m - m_old) when the max grows: every term >= 0, so no cancellation;
-* L = fl(ln 2) log2(l), lse = m + L; nll = (m - x_t) + L with the subtraction's rounding error
-  carried (TwoSum), so no rounding of a large |m| enters the loss of a confident row;
-  loss = (1 - eps) w_t nll + (eps / V)(W L + T) + z lse^2;
+* L = fl(ln 2) log2(l); in fp64 (per row, a few operations): nll = (m - x_t) + L, m - x_t exact, so no
+  rounding of a large |m| enters a confident row's loss, and loss = (1 - eps) w_t nll + (eps / V)(W L + T)
+  + (z lse) lse, which cannot overflow where the exact loss (or its mean) is finite;
 * with GRAD, a second walk writes g sech^2(x / c) [(1 - eps) w_t (p_j - [j = t]) + K p_j - (eps / V) w_j],
   K = (eps / V) W + 2 z lse, p_j = exp2(fl(fl(x_j - m) log2 e) - log2 l): x_j - m is exact near the
   max, where x_j - lse would carry lse's rounding (a row of 1e30 logits: p = 1 instead of 1/V).
@@ -57,24 +57,18 @@ def _sech2(x, k2):
     return (4.0 * e) / (d * d)
 
 
-@triton.jit
-def _nll(m, L, xt):
-    """(m - x_t) + L, the subtraction's rounding error added to L first (TwoSum; finite m - x_t only)."""
-    d = m - xt
-    bv = d - m
-    err = (m - (d - bv)) + (-xt - bv)
-    err = tl.where(tl.abs(d) < float("inf"), err, 0.0)
-    return d + (L + err)
-
-
 @triton.jit(do_not_specialize=["V", "sxm", "stm", "sgm", "gss", "ignore_index"],
             do_not_specialize_on_alignment=["sxn", "sgn"])
-def _ce_kernel(x_ptr, t_ptr, w_ptr, gs_ptr, loss_ptr, g_ptr, V, sxm, sxn, stm, sgm, sgn, gss, ignore_index,
-               keep, sv, zc, cap, inv_cap, k2,
+def _ce_kernel(x_ptr, t_ptr, w_ptr, gs_ptr, prm_ptr, loss_ptr, g_ptr, V, sxm, sxn, stm, sgm, sgn, gss, ignore_index,
                BLOCK: tl.constexpr, LOG2B: tl.constexpr, X_BITS: tl.constexpr, G_BITS: tl.constexpr,
                MUL: tl.constexpr, HAS_W: tl.constexpr, SMOOTH: tl.constexpr, ZLOSS: tl.constexpr,
                SOFTCAP: tl.constexpr, GRAD: tl.constexpr):
     V, sxm, sgm = V * MUL, sxm * MUL, sgm * MUL
+    # fp64 (1 - eps, eps / V, z, c, 1 / c, 2 log2 e / c): the loss combines in fp64, elements use fp32
+    keep, sv, zc = tl.load(prm_ptr), tl.load(prm_ptr + 1), tl.load(prm_ptr + 2)
+    cap = tl.load(prm_ptr + 3).to(tl.float32)
+    inv_cap = tl.load(prm_ptr + 4).to(tl.float32)
+    k2 = tl.load(prm_ptr + 5).to(tl.float32)
     row = tl.program_id(0).to(tl.int64)
     lanes = tl.arange(0, BLOCK)
     x_row, g_row = x_ptr + row * sxm, g_ptr + row * sgm
@@ -116,26 +110,30 @@ def _ce_kernel(x_ptr, t_ptr, w_ptr, gs_ptr, loss_ptr, g_ptr, V, sxm, sxn, stm, s
             W = _tree_sum(W, BLOCK, LOG2B)
         lg = tl.log2(l)
         L = lg * _LN2
-        lse = m + L
         xt = _capped(x_row + t * sxn, t >= 0, cap, inv_cap, X_BITS, SOFTCAP)
         wt = 1.0
         if HAS_W:
             wt = tl.load(w_ptr + t)
+        # fp64 from here: m - x_t exact (no rounding of a large |m| in a confident row's loss), and no
+        # fp32 overflow of a row's loss whose mean is finite (logits near +-max: m - x_t ~ 2 max)
+        m64, L64 = m.to(tl.float64), L.to(tl.float64)
         c0 = keep * wt
-        loss = c0 * _nll(m, L, xt)  # c0 = 1 without weights or smoothing: exact
+        loss = c0 * ((m64 - xt.to(tl.float64)) + L64)  # c0 = 1 without weights or smoothing: exact
         if SMOOTH:
-            loss = loss + sv * (W * L + T)
+            loss = loss + sv * (W.to(tl.float64) * L64 + T.to(tl.float64))
         if ZLOSS:
-            loss = loss + zc * (lse * lse)
+            lse64 = m64 + L64
+            loss = loss + (zc * lse64) * lse64
         tl.store(loss_ptr + row, loss)
         if GRAD:
             g = tl.load(gs_ptr + row * gss)
             ms = tl.where(m == float("-inf"), 0.0, m)
+            c0 = c0.to(tl.float32)
             K = tl.zeros([], tl.float32)
             if SMOOTH:
-                K = sv * W
+                K = sv.to(tl.float32) * W
             if ZLOSS:
-                K = K + (2.0 * zc) * lse
+                K = K + (2.0 * zc.to(tl.float32)) * (m + L)
             for k in range(n_chunks):
                 cols = tl.cast(k, tl.int64) * BLOCK + lanes
                 mask = cols < V
@@ -149,7 +147,7 @@ def _ce_kernel(x_ptr, t_ptr, w_ptr, gs_ptr, loss_ptr, g_ptr, V, sxm, sxn, stm, s
                     w = 1.0
                     if HAS_W:
                         w = tl.load(w_ptr + cols, mask=mask, other=0.0)
-                    r = r + (K * p - sv * w)
+                    r = r + (K * p - sv.to(tl.float32) * w)
                 elif ZLOSS:
                     r = r + K * p
                 r = r * g

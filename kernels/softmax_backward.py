@@ -27,7 +27,9 @@ from dataclasses import replace
 import torch
 
 from ._runtime import cdiv, launch, on_input_device, settle_cache_keys
-from ._common import INTERPRET, bf16_as_bits, by16, check_float, check_knob, kernel_view, load_f32_zero, store_f32, tl, triton
+from ._common import (
+    INTERPRET, bf16_as_bits, by16, check_float, check_knob, kernel_view, load_f32_zero, store_f32, tl, triton,
+)
 from .softmax import (
     DISPATCH_ROW_MAX_N, DISPATCH_ROW_MAX_N_16BIT, RowConfig, _tree_sum, chunk_warps, dispatch_row_max_n,
     online_config, row_config, row_max_n, sm_count, split_config,
