@@ -544,3 +544,17 @@ def softmax(x: torch.Tensor, *, out_dtype: torch.dtype | None = None, out: torch
 
 __all__ = ["softmax", "softmax_row", "softmax_online", "softmax_split", "choose_variant", "ROW_MAX_N",
            "ROW_MAX_N_16BIT", "row_max_n", "dispatch_row_max_n", "DEVICE"]
+
+# Autograd (issue 52): each launcher records a graph when x requires grad under grad mode, with
+# softmax_backward (kernels/softmax_backward.py) as its backward; otherwise it is the launcher above,
+# unchanged. Rebound here, after everything, so that no line above moves (mutants are keyed by line).
+from ._autograd import differentiable  # noqa: E402
+
+
+def _softmax_backward():
+    from .softmax_backward import softmax_backward as bwd
+    return bwd
+
+
+softmax_row, softmax_online, softmax_split, softmax = (
+    differentiable(f, _softmax_backward) for f in (softmax_row, softmax_online, softmax_split, softmax))
