@@ -118,21 +118,54 @@ register(AttentionSpec(
 ))
 
 
-# ---- the training families (issue 52) ------------------------------------------------------------
-# Torch references until the Triton kernels (branch k52) are registered in their place.
-from .cross_entropy_spec import CrossEntropySpec  # noqa: E402
-from .row_spec import LogSoftmaxBackwardSpec, LogSoftmaxSpec, SoftmaxBackwardSpec  # noqa: E402
-from .torch_references import (  # noqa: E402
-    cross_entropy_reference, log_softmax_backward_reference, log_softmax_reference, softmax_backward_reference,
-)
+# ---- the training families (issue 52: kernels/softmax_backward.py, log_softmax.py, cross_entropy.py) -----
+# Each dispatcher, and the forms it chooses only past the interpreter's row lengths (CPU-sized rows are
+# all row-kernel rows): registered on their own, so their chunks, spans and merges run on drawn rows.
+import functools as _functools  # noqa: E402
 
-register(SoftmaxBackwardSpec(name="softmax_backward_ref", family="softmax_backward", fn=softmax_backward_reference,
-                             validates_input=False, description="torch reference in float64"))
-register(LogSoftmaxSpec(name="log_softmax_ref", family="log_softmax", fn=log_softmax_reference,
-                        validates_input=False, shift_exact=False, description="torch.log_softmax in fp32"))
-register(LogSoftmaxBackwardSpec(name="log_softmax_backward_ref", family="log_softmax_backward",
-                                fn=log_softmax_backward_reference, validates_input=False,
-                                description="torch reference in float64"))
-register(CrossEntropySpec(name="cross_entropy_ref", family="cross_entropy", fn=cross_entropy_reference,
-                          validates_input=False, inplace_backward=False,
-                          description="F.cross_entropy in float64, autograd"))
+from .cross_entropy import ce_n_chunks as _ce_n_chunks, cross_entropy, cross_entropy_with_grad  # noqa: E402
+from .cross_entropy_spec import CrossEntropySpec  # noqa: E402
+from .log_softmax import (  # noqa: E402
+    log_softmax, log_softmax_backward, log_softmax_backward_chunked, log_softmax_backward_depth,
+    log_softmax_backward_split, log_softmax_depth, log_softmax_online,
+)
+from .row_spec import LogSoftmaxBackwardSpec, LogSoftmaxSpec, SoftmaxBackwardSpec  # noqa: E402
+from .softmax_backward import backward_depth, softmax_backward, softmax_backward_chunked, softmax_backward_split  # noqa: E402
+
+for _name, _fn, _variant in (("softmax_backward", softmax_backward, None),
+                             ("softmax_backward_chunked", softmax_backward_chunked, "chunked"),
+                             ("softmax_backward_split", softmax_backward_split, "split")):
+    register(SoftmaxBackwardSpec(name=_name, family="softmax_backward", fn=_fn,
+                                 depth=_functools.partial(backward_depth, variant=_variant),
+                                 description=f"softmax backward: {_variant or 'dispatcher (row / chunked / split)'}"))
+
+register(LogSoftmaxSpec(name="log_softmax", family="log_softmax", fn=log_softmax, depth=log_softmax_depth,
+                        description="log-softmax: dispatcher (row / online)"))
+register(LogSoftmaxSpec(name="log_softmax_online", family="log_softmax", fn=log_softmax_online,
+                        depth=_functools.partial(log_softmax_depth, variant="online"),
+                        description="log-softmax: one program a row, an online (max, sum) over chunks"))
+
+for _name, _fn, _variant in (("log_softmax_backward", log_softmax_backward, None),
+                             ("log_softmax_backward_chunked", log_softmax_backward_chunked, "chunked"),
+                             ("log_softmax_backward_split", log_softmax_backward_split, "split")):
+    register(LogSoftmaxBackwardSpec(name=_name, family="log_softmax_backward", fn=_fn,
+                                    depth=_functools.partial(log_softmax_backward_depth, variant=_variant),
+                                    description=f"log-softmax backward: {_variant or 'dispatcher (row / chunked / split)'}"))
+
+
+def _ce_depth(v: int, block_v: int | None = None) -> int:
+    """Rounding depth of a row's sums over v classes: a tree in each chunk, one add per chunk."""
+    n_chunks, block = _ce_n_chunks(v, block_v)
+    return n_chunks + max(block - 1, 0).bit_length()
+
+
+register(CrossEntropySpec(name="cross_entropy", family="cross_entropy", fn=cross_entropy,
+                          with_grad=cross_entropy_with_grad, depth=_ce_depth,
+                          description="fused cross-entropy: loss and gradient in one launch, autograd"))
+if not _INTERPRET:
+    # The same launch through its explicit entry point (no autograd: the gradient rounded once). The
+    # interpreter's budget checks the autograd path only; the zoo's kernels prove the with_grad path there.
+    register(CrossEntropySpec(name="cross_entropy_with_grad", family="cross_entropy",
+                              fn=lambda logits, target, **kw: cross_entropy_with_grad(logits, target, **kw)[0],
+                              with_grad=cross_entropy_with_grad, depth=_ce_depth,
+                              description="fused cross-entropy through cross_entropy_with_grad"))
