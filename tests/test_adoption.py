@@ -213,3 +213,77 @@ def test_a_file_of_a_package_with_relative_imports_loads(tmp_path: Path) -> None
 
         ks = importlib.import_module("flashcheck.kernels.softmax")  # the package re-exports a `softmax` function
         assert load_kernel(f"{own}:softmax_row", "softmax").fn.__module__ == ks.softmax_row.__module__
+
+
+# ---- cross-entropy: features from the signature, the gradient through autograd, end to end -------
+CE = textwrap.dedent('''
+    import torch
+    import torch.nn.functional as F
+
+    def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", weight=None):
+        """Correct: torch in float64 (an ignored row's garbage kept from its backward), differentiable."""
+        ignored = target == ignore_index
+        x = torch.where(ignored[:, None], torch.zeros((), dtype=torch.float64), logits.double())
+        w = None if weight is None else weight.double()
+        return F.cross_entropy(x, target, weight=w, ignore_index=ignore_index, reduction=reduction).to(logits.dtype)
+
+    def mean_by_count(logits, target, *, ignore_index=-100, reduction="mean", weight=None):
+        """Broken: the mean divides by the rows counted, not by their weights' sum (0 rows: 0, not NaN)."""
+        if reduction != "mean":
+            return cross_entropy(logits, target, ignore_index=ignore_index, reduction=reduction, weight=weight)
+        total = cross_entropy(logits, target, ignore_index=ignore_index, reduction="sum", weight=weight).double()
+        return (total / (target != ignore_index).sum().clamp(min=1)).to(logits.dtype)
+
+    def no_grad(logits, target, *, ignore_index=-100, reduction="mean"):
+        return cross_entropy(logits.detach(), target, ignore_index=ignore_index, reduction=reduction)
+''')
+
+
+@pytest.fixture(scope="module")
+def ce_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("adopt_ce") / "ce.py"
+    path.write_text(CE)
+    return path
+
+
+def test_cross_entropy_features_are_read_from_the_signature(ce_file: Path) -> None:
+    spec = load_kernel(f"{ce_file}:cross_entropy", "cross_entropy")
+    assert spec.features() == {"weight", "ignore_index"} and spec.reductions == ("mean", "sum", "none")
+    assert spec.extra["signature"]["absent"] == ["inplace_backward", "label_smoothing", "softcap", "z_loss"]
+    bare = load_kernel(f"{ce_file}:no_grad", "cross_entropy")
+    assert bare.features() == {"ignore_index"}
+    x, t = torch.zeros(2, 3), torch.tensor([0, 2])
+    spec.fn(x, t, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None, reduction="sum")  # asks nothing
+    with pytest.raises(TypeError, match="label_smoothing"):  # asks for smoothing it cannot do: never dropped
+        spec.fn(x, t, label_smoothing=0.1)
+    with pytest.raises(KernelLoadError, match=r"command line: z_loss='true' declares `z_loss=`, but cross_entropy\(logits"):
+        load_kernel(f"{ce_file}:cross_entropy", "cross_entropy", overrides={"z_loss": "true"})
+    with pytest.raises(KernelLoadError, match="capability 'weight' is for cross_entropy kernels, not softmax"):
+        load_kernel(f"{ce_file}:cross_entropy", "softmax", overrides={"weight": "true"})
+
+
+def test_cross_entropy_check_end_to_end(ce_file: Path) -> None:
+    """`flashcheck check ce.py:fn --family cross_entropy`: the correct kernel passes with its features read
+    from its signature, loss and gradient (autograd) checked; the broken one fails naming the mean."""
+    p = _cli("check", f"{ce_file}:cross_entropy", "--family", "cross_entropy", "-k", "special or benign",
+             "--no-save-fixtures", cwd=ce_file.parent)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-3000:]
+    assert "read from its signature cross_entropy(logits, target, *, ignore_index=-100, reduction='mean', " \
+           "weight=None): absent (no keyword): inplace_backward, label_smoothing, softcap, z_loss" in out
+    assert "flashcheck: checked " in out and "gradient was not checked" not in out
+    p = _cli("check", f"{ce_file}:mean_by_count", "--family", "cross_entropy", "-k", "special and all_ignored", "-x",
+             "--no-save-fixtures", cwd=ce_file.parent)
+    out = p.stdout + p.stderr
+    assert p.returncode == 1, out[-3000:]
+    assert "mean_is_sum_over_weights" in out and "is 0.0, not NaN (0/0, torch)" in out, out[-3000:]
+
+
+def test_a_cross_entropy_kernel_without_a_gradient_is_told_once(ce_file: Path) -> None:
+    """No grad_fn, no with_grad: its loss is checked, its gradient not, and the run says so in one line."""
+    p = _cli("check", f"{ce_file}:no_grad", "--family", "cross_entropy", "-k", "benign and fp32",
+             "--no-save-fixtures", cwd=ce_file.parent)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-3000:]
+    assert out.count("flashcheck: ce.no_grad: its gradient was not checked: the loss it returns carries no grad_fn "
+                     "and it declares no with_grad") == 1, out[-3000:]

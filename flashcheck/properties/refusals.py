@@ -155,6 +155,8 @@ def declarations(key: str, n: int) -> tuple[str, str]:
         return f"max_n={max(1, n - 1)}", f"max_n={n} or more"
     if key == "head_dims":
         return "head_dims=[the dims it takes]", "head_dims listing it"
+    if key == "reductions":
+        return "reductions=mean", "reductions listing it"
     off = key in _INVERTED
     return f"{key}={off}", f"{key}={not off}"
 

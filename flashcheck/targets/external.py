@@ -117,6 +117,15 @@ def _aligns(v: Any) -> tuple[str, ...]:
     return tuple(conv(i.strip() if isinstance(i, str) else i) for i in items)
 
 
+def _reductions(v: Any) -> tuple[str, ...]:
+    items = v.split(",") if isinstance(v, str) else list(v)
+    conv = _choice("mean", "sum", "none")
+    out = tuple(conv(i.strip() if isinstance(i, str) else i) for i in items)
+    if not out:
+        raise ValueError("no reduction given")
+    return out
+
+
 def _empty_lse(v: Any) -> float:
     f = float(v)
     if not math.isinf(f):
@@ -143,8 +152,10 @@ class Capability(NamedTuple):
 #: Capability key -> its Capability.
 CAPABILITIES: dict[str, Capability] = {k: Capability(*v) for k, v in {
     "dtypes": ("dtypes", _dtypes, f"dtypes it takes: {', '.join(BY_NAME)}"),
-    "min_n": ("min_n", _positive_int, "shortest row (softmax) or key count (attention)"),
-    "max_n": ("max_n", _positive_int, "longest row (softmax) or key count (attention)"),
+    "min_n": ("min_n", _positive_int, "shortest row (softmax, log-softmax, backwards), key count (attention) "
+                                      "or vocabulary (cross_entropy)"),
+    "max_n": ("max_n", _positive_int, "longest row (softmax, log-softmax, backwards), key count (attention) "
+                                      "or vocabulary (cross_entropy)"),
     "sizes": ("sizes", _ints, "sizes that matter to it (tiles, dispatch thresholds): "
                               "row/key lengths are drawn just below, at and above them"),
     "depth": ("depth", _callable, "depth(n): its summation depth for a row of n"),
@@ -153,7 +164,7 @@ CAPABILITIES: dict[str, Capability] = {k: Capability(*v) for k, v in {
                         "true: any exception, \"typed\": TypeError for dtypes, ValueError for the rest"),
     "contiguous_only": ("contiguous_only", _bool, "it takes contiguous inputs only"),
     "out": ("takes_out", _bool, "it accepts out= (guard-band tests run)"),
-    "shift_exact": ("shift_exact", _bool, "exact shifts give identical bits"),
+    "shift_exact": ("shift_exact", _bool, "exact shifts give identical bits (softmax, log_softmax)"),
     "configs": ("configs", configs, "launch kwargs that must give identical bits"),
     "tunings": ("tunings", configs, "launch kwargs that may change bits within the bound"),
     "head_dims": ("head_dims", _head_dims, "head dims it takes (list or predicate)"),
@@ -173,7 +184,9 @@ CAPABILITIES: dict[str, Capability] = {k: Capability(*v) for k, v in {
     "lse_empty": ("lse_empty", _empty_lse, "same as empty_row_lse"),
     **{f: (f, _bool, what) for f, what in (
         ("gqa", "Hq a multiple of Hkv (GQA/MQA)"), ("dv", "v's head dim may differ from q/k's"),
-        ("window", "window=(left, right)"), ("softcap", "softcap=c"), ("lse", "return_lse=True gives (o, lse)"),
+        ("window", "window=(left, right)"),
+        ("softcap", "softcap=c (attention: c tanh(s / c) on the scores; cross_entropy: on the logits)"),
+        ("lse", "return_lse=True gives (o, lse)"),
         ("attn_mask", "attn_mask= (bool or float bias)"), ("splits", "num_splits="),
         ("varlen", "a packed entry point, given as varlen_fn"))},
     "max_numel": ("extra.max_numel", _positive_int,
@@ -183,6 +196,17 @@ CAPABILITIES: dict[str, Capability] = {k: Capability(*v) for k, v in {
                  "mantissa bits; the bound adds the derived tf32 terms, oracles.bounds.dot_input_error)"),
     "varlen_fn": ("varlen_fn", _callable,
                   "fn(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q, max_seqlen_k, ...)"),
+    "weight": ("weight", _bool, "cross_entropy: it takes weight= (class weights (V,))"),
+    "label_smoothing": ("label_smoothing", _bool, "cross_entropy: it takes label_smoothing="),
+    "z_loss": ("z_loss", _bool, "cross_entropy: it takes z_loss= (z lse^2 per row, PaLM)"),
+    "ignore_index": ("ignore_index", _bool,
+                     "cross_entropy: it takes ignore_index= (without it, targets of -100 are still ignored)"),
+    "reductions": ("reductions", _reductions, "cross_entropy: the reductions it takes as reduction= (mean, sum, none; "
+                                             "without the keyword: mean)"),
+    "inplace_backward": ("inplace_backward", _bool,
+                         "cross_entropy: it takes inplace_backward=True (the gradient written into the logits' storage)"),
+    "with_grad": ("with_grad", _callable, "cross_entropy: fn(logits, target, grad_output, **options) -> (loss, grad): "
+                                          "its gradient when the loss it returns carries no grad_fn"),
 }.items()}
 
 
@@ -249,7 +273,8 @@ def apply_capabilities(base: dict[str, Any], caps: Mapping[str, Any], family: st
 
 #: Declarations that narrow what the suite may draw: a test left with nothing to draw names them.
 NARROWING = ("dtypes", "min_n", "max_n", "max_numel", "head_dims", "max_head_dim", "square_only", "causal",
-             "kv_lens", "custom_scale", "causal_align", "gqa", "dv")
+             "kv_lens", "custom_scale", "causal_align", "gqa", "dv", "weight", "label_smoothing", "z_loss",
+             "ignore_index", "reductions")
 
 
 def declared_as(spec: KernelSpec, key: str) -> str:
@@ -464,7 +489,7 @@ def load_kernel(target: str, family: str | None = None, *, overrides: Mapping[st
     obj, autotuned = _with_autotune_tunings(obj)
     if autotuned:
         kwargs["tunings"] = tuple(kwargs.get("tunings", ())) + autotuned
-    obj = signature.adapt(obj, acc, family, tuple(kwargs.get("causal_align") or ()))
+    obj = signature.adapt(obj, acc, family, tuple(kwargs.get("causal_align") or kwargs.get("reductions") or ()))
     return KernelSpec(name=f"{stem}.{attr}", family=family, fn=obj, external=True,
                       description=f"external kernel {target}", **kwargs)
 

@@ -1,7 +1,8 @@
 """What a kernel's signature says it takes (issue 18: declarations read from the signature).
 
 The suite passes each optional feature as a keyword (attention: `causal=`, `scale=`, `window=`,
-...; softmax: `out=`). A plain function whose signature lacks a feature's keyword, and has no
+...; softmax: `out=`; cross-entropy: `weight=`, `label_smoothing=`, `z_loss=`, `softcap=`,
+`ignore_index=`, `reduction=`, `inplace_backward=`). A plain function whose signature lacks a feature's keyword, and has no
 `**kwargs`, cannot take that feature: it is inferred absent (never drawn), and calls that ask
 for nothing through it (`causal=False`, `scale=None`, ...) reach the function without the
 keyword. `**kwargs` accepts anything: the declarations (or the defaults: everything) stand.
@@ -26,17 +27,27 @@ KEYWORDS: dict[str, dict[str, str]] = {
                   "softcap": "softcap", "lse": "return_lse", "attn_mask": "attn_mask", "splits": "num_splits",
                   "causal_align": "causal_align"},
     "softmax": {"out": "out"},
+    "cross_entropy": {"weight": "weight", "label_smoothing": "label_smoothing", "z_loss": "z_loss", "softcap": "softcap",
+                      "ignore_index": "ignore_index", "reductions": "reduction", "inplace_backward": "inplace_backward"},
 }
+#: Keys whose value is a set of choices passed through one keyword: without the keyword a kernel
+#: implements one (the first listed: SDPA's alignment, torch's default reduction).
+ONE_OF = {"causal_align": ("top_left",), "reductions": ("mean",)}
 
 
 def asks_nothing(keyword: str, value: Any, aligns: tuple[str, ...] = ()) -> bool:
-    """Whether `keyword=value` asks for nothing a function without the keyword does not do."""
-    if keyword == "causal_align":  # the one alignment it implements, keyword or not
+    """Whether `keyword=value` asks for nothing a function without the keyword does not do (`aligns`:
+    the choices it declares for a one-of keyword, causal_align or reduction)."""
+    if keyword in ("causal_align", "reduction"):  # the one choice it implements, keyword or not
         return len(aligns) == 1 and value == aligns[0]
     if value is None:
         return True
-    if keyword in ("causal", "return_lse"):
+    if keyword in ("causal", "return_lse", "inplace_backward"):
         return value is False
+    if keyword == "ignore_index":
+        return not isinstance(value, bool) and value == -100  # torch's default
+    if keyword in ("label_smoothing", "z_loss"):
+        return not isinstance(value, bool) and isinstance(value, (int, float)) and value == 0
     if keyword == "window":
         return isinstance(value, (tuple, list)) and tuple(value) == (-1, -1)
     if keyword in ("softcap", "num_splits"):
@@ -84,11 +95,12 @@ def contradictions(acc: Accepted | None, family: str, declared: Mapping[str, Any
         if key not in declared or acc.takes(keyword):
             continue
         value = declared[key]
-        if key == "causal_align":
-            many = value.split(",") if isinstance(value, str) else list(value)
+        if key in ONE_OF:
+            many = value.split(",") if isinstance(value, str) else ([value] if isinstance(value, str) else list(value))
             if len(many) > 1:
-                out.append(f"{origin}: causal_align={value!r} declares {len(many)} alignments, but {acc.text} "
-                           f"takes no `causal_align` keyword to choose one (declare the one it implements)")
+                what = "alignments" if key == "causal_align" else key
+                out.append(f"{origin}: {key}={value!r} declares {len(many)} {what}, but {acc.text} "
+                           f"takes no `{keyword}` keyword to choose one (declare the one it implements)")
         elif not _declared_false(value):
             out.append(f"{origin}: {key}={value!r} declares `{keyword}=`, but {acc.text} takes no `{keyword}` "
                        f"keyword (declare {key}=false, or add the keyword)")
@@ -113,14 +125,15 @@ def inferred(acc: Accepted | None, family: str, declared: Mapping[str, Any]) -> 
     for key, keyword in KEYWORDS.get(family, {}).items():
         if key in declared or acc.takes(keyword):
             continue
-        # Without the keyword a causal kernel implements one alignment; SDPA's is the common one.
-        out[key] = ["top_left"] if key == "causal_align" else False
+        # Without the keyword a kernel implements one choice: SDPA's alignment, torch's default reduction.
+        out[key] = list(ONE_OF[key]) if key in ONE_OF else False
     return out
 
 
 def adapt(fn: Callable, acc: Accepted | None, family: str, aligns: tuple[str, ...]) -> Callable:
     """`fn` called without the feature keywords it lacks when their value asks for nothing (the
-    suite passes `causal=False, scale=None` to every attention kernel); any other value still
+    suite passes `causal=False, scale=None` to every attention kernel, `ignore_index=-100` to every
+    cross-entropy kernel; `aligns`: the one choice of its one-of keyword); any other value still
     reaches it, so a call it cannot take fails loudly rather than being changed."""
     if acc is None or acc.keywords is None:
         return fn

@@ -123,16 +123,18 @@ def mean_is_sum_over_weights(spec: KernelSpec, case: Case) -> None:
             rm, bm = o.loss_oracle("mean"), o.loss_bound("mean")
             want = got_s / float(wt)
             tol = float(bm + _half(rm, fmt)) + float(bs + _half(rs, fmt)) / float(wt) + 2.0**-52 * abs(want)
-            checks.append(("'mean'", m, want, tol, math.isfinite(float(rm)) and math.isfinite(float(rs)),
+            checks.append(("'mean'", m, want, tol, (math.isfinite(float(rm)), math.isfinite(float(rs))),
                            f"'sum' / sum of w_t = {got_s!r} / {float(wt)!r}"))
     if "none" in reds:
         per = to_float64(_plain(spec, case, reduction="none")).reshape(-1)
         rn, bn = o.loss_oracle("none"), o.loss_bound("none")
         want = math.fsum(per) if np.isfinite(per).all() else float(np.sum(per))
         tol = float(bs + _half(rs, fmt)) + float(np.sum(bn + _half(rn, fmt))) + 2.0**-52 * abs(want)
-        checks.append(("'sum'", got_s, want, tol, bool(np.isfinite(rn).all()) and math.isfinite(float(rs)),
+        checks.append(("'sum'", got_s, want, tol, (math.isfinite(float(rs)), bool(np.isfinite(rn).all())),
                        "the sum of 'none'"))
-    for label, got, want, tol, finite, what in checks:
+    for label, got, want, tol, (finite, parts_finite), what in checks:
+        if finite != parts_finite:
+            continue  # one side overflows the loss's format where the other does not (rows of 3e4 in fp16)
         ok = abs(got - want) <= tol if finite else (got == want or (math.isnan(got) and math.isnan(want)))
         if not ok:
             raise AssertionError(describe(o, f"{label} is not {what}", 1, 1,
