@@ -164,7 +164,7 @@ register(CrossEntropySpec(name="cross_entropy", family="cross_entropy", fn=cross
                           description="fused cross-entropy: loss and gradient in one launch, autograd"))
 if not _INTERPRET:
     # The same launch through its explicit entry point (no autograd: the gradient rounded once). The
-    # interpreter's budget checks the autograd path only; the zoo's kernels prove the with_grad path there.
+    # interpreter's budget checks the autograd path only (the with_grad path runs there for kernels without autograd).
     register(CrossEntropySpec(name="cross_entropy_with_grad", family="cross_entropy",
                               fn=lambda logits, target, **kw: cross_entropy_with_grad(logits, target, **kw)[0],
                               with_grad=cross_entropy_with_grad, depth=_ce_depth,

@@ -82,6 +82,27 @@ def _attention_wrong(fn, kw: dict, caps: dict | None = None) -> bool:
     return False
 
 
+def _hinted(z: ZooKernel) -> list[str]:
+    return [p.strip() for p in z.property_hint.split(",") if p.strip()]
+
+
+def _failing(fn, z: ZooKernel) -> set[str]:
+    """The properties of a training-family entry's `property_hint` that `fn` fails on a fresh trigger
+    (declared as an author would: its `flashcheck` dict)."""
+    from flashcheck.kernels.registry import KernelSpec
+    from flashcheck.targets.external import apply_capabilities
+
+    kwargs = apply_capabilities({}, getattr(fn, "flashcheck", None) or {}, z.family, f"zoo {fn.__name__}")
+    spec = KernelSpec(name=f"zoo.{fn.__name__}", family=z.family, fn=fn, **kwargs)
+    failed = set()
+    for name in _hinted(z):
+        try:
+            PROPERTIES[(z.family, name)](spec, z.trigger())
+        except AssertionError:
+            failed.add(name)
+    return failed
+
+
 def _trigger(z: ZooKernel) -> dict:
     if z.gpu_only and kernels.INTERPRET:
         pytest.skip(f"GPU only: {z.gpu_only}")
@@ -96,6 +117,18 @@ def test_the_zoo_is_big_enough() -> None:
     assert len(ZOO) >= 24 and "softmax" in fams and "attention" in fams
 
 
+def test_every_training_property_fails_on_some_zoo_kernel() -> None:
+    """No vacuous property: each property of the training families is in some entry's property_hint,
+    which its trigger makes fail (test_trigger_shows_the_bug_and_only_the_bug)."""
+    from flashcheck import families
+
+    families.load_properties()
+    witnessed = {(z.family, p) for z in ZOO.values() for p in _hinted(z)}
+    for family in ("softmax_backward", "log_softmax", "log_softmax_backward", "cross_entropy"):
+        missing = [p for p in families.get(family).property_names() if (family, p) not in witnessed]
+        assert not missing, f"{family}: no zoo kernel witnesses {missing}"
+
+
 def test_the_zoo_is_never_registered() -> None:
     zoo_fns = {id(z.broken) for z in ZOO.values()} | {id(z.fixed) for z in ZOO.values()}
     assert not [s.name for s in REGISTRY if id(getattr(s.fn, "__wrapped__", s.fn)) in zoo_fns]
@@ -108,6 +141,11 @@ def test_the_zoo_is_never_registered() -> None:
 @pytest.mark.parametrize("name", sorted(ZOO))
 def test_trigger_shows_the_bug_and_only_the_bug(name: str) -> None:
     z = ZOO[name]
+    if z.family not in ("softmax", "attention"):  # a Case and the properties it must fail
+        assert _hinted(z), f"{name}: no property_hint to check its trigger against"
+        assert _failing(z.broken, z) == set(_hinted(z)), f"{name}: the broken kernel passes some of {_hinted(z)}"
+        assert not _failing(z.fixed, z), f"{name}: the fixed twin fails too: the zoo kernel has another defect"
+        return
     if z.family == "softmax":
         wrong = _softmax_wrong
     else:

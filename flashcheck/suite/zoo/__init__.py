@@ -1,4 +1,4 @@
-"""The known-bad zoo: small broken Triton kernels, one real bug class each (NUMERICS.md section 5).
+"""The known-bad zoo: small broken Triton kernels, one real bug class each (NUMERICS.md sections 6, 9.7).
 
 They exist to measure the suite: every one must be caught by the default (ci) suite, run as an
 external kernel, e.g.
@@ -26,9 +26,9 @@ def zoo(family: str | None = None, *, runnable: bool = False) -> list[ZooKernel]
     interpreter (what the CPU kill matrix runs)."""
     from flashcheck.kernels import INTERPRET
 
-    from . import attention_bugs, softmax_bugs
+    from . import attention_bugs, softmax_bugs, training_bugs
 
-    out = list(softmax_bugs.ZOO.values()) + list(attention_bugs.ZOO.values())
+    out = list(softmax_bugs.ZOO.values()) + list(attention_bugs.ZOO.values()) + list(training_bugs.ZOO.values())
     return [z for z in out if (family is None or z.family == family)
             and not (runnable and INTERPRET and z.gpu_only)]
 
@@ -36,7 +36,8 @@ def zoo(family: str | None = None, *, runnable: bool = False) -> list[ZooKernel]
 def module_path(z: ZooKernel) -> str:
     """The FILE.py path that `--kernel` takes, relative to `flashcheck.HOME` (the repository root in a
     checkout)."""
+    import sys
+
     from flashcheck import HOME
 
-    here = Path(__file__).resolve().parent
-    return str((here / f"{z.family}_bugs.py").relative_to(HOME))
+    return str(Path(sys.modules[z.broken.__module__].__file__).resolve().relative_to(HOME))

@@ -10,14 +10,16 @@ import torch
 @dataclass(frozen=True)
 class ZooKernel:
     name: str
-    family: str  # "softmax" | "attention"
-    bug_class: str  # the row of NUMERICS.md section 5
+    family: str  # a family's name (flashcheck/families.py)
+    bug_class: str  # the row of NUMERICS.md section 6 (9.7 for the training families)
     references: str
     broken: Callable[..., torch.Tensor]
     fixed: Callable[..., torch.Tensor]
-    trigger: Callable[[], dict[str, Any]]  # kwargs for the kernel: an input the bug gets wrong
+    # an input the bug gets wrong: kwargs for the kernel (softmax, attention), or a Case whose
+    # `property_hint` properties fail on the broken kernel and pass on the fixed one (training families)
+    trigger: Callable[[], Any]
     caps: dict[str, Any] = field(default_factory=dict)  # the `flashcheck` capabilities
-    property_hint: str = ""  # which property is expected to see it (documentation only)
+    property_hint: str = ""  # which property is expected to see it (training families: checked on the trigger)
     gpu_only: str = ""  # why only a GPU can show the bug (empty: the interpreter can)
     # Tests (node-id prefixes) written to catch a GPU-only entry, run alone before the whole suite
     # where the tracked (CPU) kill matrix records no catching test.
