@@ -395,16 +395,20 @@ def log_softmax_bound(x, fmt: FormatLike, depth: int, *, oracle: np.ndarray | No
     return finish_bound(pre, r, fmt).reshape(shape)
 
 
+def _bound_inputs(a, dy, fmt: FormatLike, oracle, oracle_fn) -> tuple:
+    """(fmt, a rows, dy rows, shape, oracle rows) of a backward bound; the oracle computed if not given."""
+    fmt = format_of(fmt)
+    ar, dr, shape = _pair_rows(a, dy, oracle_fn.__name__.replace("oracle", "bound"))
+    r = oracle_fn(ar, dr, fmt) if oracle is None else oracle
+    return fmt, ar, dr, shape, np.asarray(r, dtype=np.float64).reshape(ar.shape)
+
+
 def softmax_backward_bound(y, dy, fmt: FormatLike, depth: int, *, oracle: np.ndarray | None = None) -> np.ndarray:
     """Allowed |dx^_i - r_i| for the kernel's s = sum fl(y_j dy_j) (a chain of D roundings after the
     product: |s^ - s| <= gamma_{D+1} A + N 2^-126, A = sum |y_j dy_j|), t = fl(dy_i / 2 - s^ / 2)
     (u |t|; the halvings exact but for a flushed 2^-126), dx = 2 fl(y_i t) (u |dx|):
     pre_i = |y_i| ((1 + 2u) (gamma_{D+1} A + N 2^-126) + 2u |dy_i - s|) + 4 2^-126."""
-    fmt = format_of(fmt)
-    yr, dr, shape = _pair_rows(y, dy, "softmax_backward_bound")
-    if oracle is None:
-        oracle = softmax_backward_oracle(yr, dr, fmt)
-    r = np.asarray(oracle, dtype=np.float64).reshape(yr.shape)
+    fmt, yr, dr, shape, r = _bound_inputs(y, dy, fmt, oracle, softmax_backward_oracle)
     with np.errstate(invalid="ignore", over="ignore"):
         prod = yr * dr
         A = np.abs(prod).sum(axis=1, keepdims=True)
@@ -423,11 +427,7 @@ def log_softmax_backward_bound(logp, dy, fmt: FormatLike, depth: int, *,
     eps_i = expm1(2.0001 u |logp_i| + 4.0001 u) of exp(logp_i) (two roundings of the exponent, ex2.approx
     4u), the product u, the difference u |dx|:
     pre_i = e_i (1 + eps_i)(1 + u) dS + e_i |S| (eps_i + u (1 + eps_i)) + u |dx_i| + 2^-125 2^k."""
-    fmt = format_of(fmt)
-    lr, dr, shape = _pair_rows(logp, dy, "log_softmax_backward_bound")
-    if oracle is None:
-        oracle = log_softmax_backward_oracle(lr, dr, fmt)
-    r = np.asarray(oracle, dtype=np.float64).reshape(lr.shape)
+    fmt, lr, dr, shape, r = _bound_inputs(logp, dy, fmt, oracle, log_softmax_backward_oracle)
     with np.errstate(invalid="ignore", over="ignore"):
         amax = np.abs(dr).max(axis=1, keepdims=True) if dr.shape[1] else np.zeros((dr.shape[0], 1))
         scale = np.where(np.isfinite(amax) & (amax >= 2.0**64), 2.0 * amax / 2.0**64, 1.0)  # >= 2^k

@@ -94,24 +94,16 @@ def _check_backward(case, dtype, variant: str, log: bool) -> None:
     assert_within(dx, r, bound, f"{'log_' if log else ''}softmax_backward {variant} {case.label}")
 
 
-@pytest.mark.parametrize("cls", sorted(ce.SOFTMAX_BACKWARD_CLASSES))
+@pytest.mark.parametrize("log,cls", [(False, c) for c in sorted(ce.SOFTMAX_BACKWARD_CLASSES)]
+                         + [(True, c) for c in sorted(ce.LOG_SOFTMAX_BACKWARD_CLASSES)],
+                         ids=lambda v: v if isinstance(v, str) else ("log_softmax" if v else "softmax"))
 @FEW
 @given(data=st.data())
-def test_softmax_backward_classes(cls: str, data: st.DataObject) -> None:
+def test_backward_classes(log: bool, cls: str, data: st.DataObject) -> None:
     dtype = data.draw(st.sampled_from(DTYPES), label="dtype")
     variant = data.draw(st.sampled_from(sorted(VARIANTS)), label="variant")
-    _check_backward(data.draw(ce.SOFTMAX_BACKWARD_CLASSES[cls](dtype=dtype, max_n=MAX_N, max_m=3)), dtype, variant,
-                    log=False)
-
-
-@pytest.mark.parametrize("cls", sorted(ce.LOG_SOFTMAX_BACKWARD_CLASSES))
-@FEW
-@given(data=st.data())
-def test_log_softmax_backward_classes(cls: str, data: st.DataObject) -> None:
-    dtype = data.draw(st.sampled_from(DTYPES), label="dtype")
-    variant = data.draw(st.sampled_from(sorted(VARIANTS)), label="variant")
-    _check_backward(data.draw(ce.LOG_SOFTMAX_BACKWARD_CLASSES[cls](dtype=dtype, max_n=MAX_N, max_m=3)), dtype,
-                    variant, log=True)
+    table = ce.LOG_SOFTMAX_BACKWARD_CLASSES if log else ce.SOFTMAX_BACKWARD_CLASSES
+    _check_backward(data.draw(table[cls](dtype=dtype, max_n=MAX_N, max_m=3)), dtype, variant, log=log)
 
 
 # ---- log-softmax forward --------------------------------------------------------------------------
