@@ -120,18 +120,18 @@ FAMILY_RECORDS: dict[str, Family] = {f.name: f for f in (
     Family("softmax_backward", strategies="flashcheck.strategies.softmax_backward",
            properties="flashcheck.properties.softmax_backward", property_sets=("CORE_PROPERTIES", "META_PROPERTIES"),
            oracle="flashcheck.oracles.log_softmax:softmax_backward_oracle",
-           bound="flashcheck.oracles.log_softmax_bound:softmax_backward_bound", length_input="y"),
+           bound="flashcheck.oracles.log_softmax:softmax_backward_bound", length_input="y"),
     Family("log_softmax", strategies="flashcheck.strategies.log_softmax", properties="flashcheck.properties.log_softmax",
            property_sets=("CORE_PROPERTIES", "META_PROPERTIES"), oracle="flashcheck.oracles.log_softmax:log_softmax_oracle",
-           bound="flashcheck.oracles.log_softmax_bound:log_softmax_bound", length_input="x"),
+           bound="flashcheck.oracles.log_softmax:log_softmax_bound", length_input="x"),
     Family("log_softmax_backward", strategies="flashcheck.strategies.log_softmax_backward",
            properties="flashcheck.properties.log_softmax_backward", property_sets=("CORE_PROPERTIES", "META_PROPERTIES"),
            oracle="flashcheck.oracles.log_softmax:log_softmax_backward_oracle",
-           bound="flashcheck.oracles.log_softmax_bound:log_softmax_backward_bound", length_input="logp"),
+           bound="flashcheck.oracles.log_softmax:log_softmax_backward_bound", length_input="logp"),
     Family("cross_entropy", strategies="flashcheck.strategies.cross_entropy",
            properties="flashcheck.properties.cross_entropy", property_sets=("CORE_PROPERTIES", "META_PROPERTIES"),
            oracle="flashcheck.oracles.cross_entropy:cross_entropy_oracle",
-           bound="flashcheck.oracles.cross_entropy_bound:cross_entropy_loss_error", length_input="logits"),
+           bound="flashcheck.oracles.cross_entropy_bound:cross_entropy_full_loss_bound", length_input="logits"),
 )}
 
 

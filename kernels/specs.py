@@ -123,7 +123,7 @@ register(AttentionSpec(
 # all row-kernel rows): registered on their own, so their chunks, spans and merges run on drawn rows.
 import functools as _functools  # noqa: E402
 
-from .cross_entropy import ce_n_chunks as _ce_n_chunks, cross_entropy, cross_entropy_with_grad  # noqa: E402
+from .cross_entropy import BLOCK_V as _BLOCK_V, cross_entropy, cross_entropy_with_grad  # noqa: E402
 from .cross_entropy_spec import CrossEntropySpec  # noqa: E402
 from .log_softmax import (  # noqa: E402
     log_softmax, log_softmax_backward, log_softmax_backward_chunked, log_softmax_backward_depth,
@@ -153,19 +153,13 @@ for _name, _fn, _variant in (("log_softmax_backward", log_softmax_backward, None
                                     description=f"log-softmax backward: {_variant or 'dispatcher (row / chunked / split)'}"))
 
 
-def _ce_depth(v: int, block_v: int | None = None) -> int:
-    """Rounding depth of a row's sums over v classes: a tree in each chunk, one add per chunk."""
-    n_chunks, block = _ce_n_chunks(v, block_v)
-    return n_chunks + max(block - 1, 0).bit_length()
-
-
 register(CrossEntropySpec(name="cross_entropy", family="cross_entropy", fn=cross_entropy,
-                          with_grad=cross_entropy_with_grad, depth=_ce_depth,
+                          with_grad=cross_entropy_with_grad, block_v=_BLOCK_V, arithmetic="fused",
                           description="fused cross-entropy: loss and gradient in one launch, autograd"))
 if not _INTERPRET:
     # The same launch through its explicit entry point (no autograd: the gradient rounded once). The
     # interpreter's budget checks the autograd path only (the with_grad path runs there for kernels without autograd).
     register(CrossEntropySpec(name="cross_entropy_with_grad", family="cross_entropy",
                               fn=lambda logits, target, **kw: cross_entropy_with_grad(logits, target, **kw)[0],
-                              with_grad=cross_entropy_with_grad, depth=_ce_depth,
+                              with_grad=cross_entropy_with_grad, block_v=_BLOCK_V, arithmetic="fused",
                               description="fused cross-entropy through cross_entropy_with_grad"))

@@ -9,6 +9,7 @@ from .cross_entropy import (
     cross_entropy_loss_bound,
     cross_entropy_oracle,
 )
+from .cross_entropy_bound import cross_entropy_full_grad_bound, cross_entropy_full_loss_bound
 from .bounds import attention_error_bound, ftz_allowed, softmax_relative_error, softmax_sum_bound, softmax_ulp_bound
 from .formats import (
     BF16,
@@ -24,7 +25,14 @@ from .formats import (
     ulp_of,
 )
 from .rounding import UndecidedRounding, round_certified, round_fraction, round_mpf
-from .log_softmax import log_softmax_backward_oracle, log_softmax_oracle, softmax_backward_oracle
+from .log_softmax import (
+    log_softmax_backward_bound,
+    log_softmax_backward_oracle,
+    log_softmax_bound,
+    log_softmax_oracle,
+    softmax_backward_bound,
+    softmax_backward_oracle,
+)
 from .softmax import logsumexp_oracle, softmax_oracle
 
 __all__ = [
@@ -37,6 +45,8 @@ __all__ = [
     "attention_error_bound",
     "attention_oracle",
     "compare_attention",
+    "cross_entropy_full_grad_bound",
+    "cross_entropy_full_loss_bound",
     "cross_entropy_grad_bound",
     "cross_entropy_grad_oracle",
     "cross_entropy_loss_bound",
@@ -50,13 +60,16 @@ __all__ = [
     "UndecidedRounding",
     "format_of",
     "ftz_allowed",
+    "log_softmax_backward_bound",
     "log_softmax_backward_oracle",
+    "log_softmax_bound",
     "log_softmax_oracle",
     "logsumexp_oracle",
     "round_certified",
     "round_float64",
     "round_fraction",
     "round_mpf",
+    "softmax_backward_bound",
     "softmax_backward_oracle",
     "softmax_oracle",
     "softmax_relative_error",

@@ -309,3 +309,16 @@ def ones_v_tolerance(fmt: Format, row_sum: str, block_n: int, n_blocks: int, fp3
     if row_sum == "fp32_p":
         return 2.0 ** (1 - fmt.precision)  # one ulp above 1 (two below): either neighbour
     raise ValueError(f"row_sum {row_sum!r}: expected 'rounded_p' or 'fp32_p'")
+
+
+def row_sum_bound(bound: np.ndarray, oracle: np.ndarray, fmt: Format, *, known: np.ndarray,
+                  got: np.ndarray) -> np.ndarray:
+    """Allowed |sum_j out_j - exact sum| per row (the training families' gradient identities, docs/NUMERICS.md
+    9.8), for outputs each within `bound` of the correctly rounded `oracle`: sum_j (bound_j + the oracle's
+    own half ulp), plus how well the exact sum is `known` (its float64 evaluation's error, per row) and 4
+    float64 units of the kernel's sum `got` (a correctly rounded fsum of its outputs)."""
+    r = np.asarray(oracle, dtype=np.float64)
+    half = 0.5 * ulp_of(np.where(np.isfinite(r), r, 0.0), fmt)
+    total = np.where(np.isfinite(r), bound + half, 0.0).sum(axis=-1)
+    return total + known + 4 * 2.0**-53 * np.abs(got)
+

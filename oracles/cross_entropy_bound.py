@@ -1,195 +1,233 @@
-"""Error bounds of an fp32-computing cross-entropy kernel with every option: class weights, label
-smoothing, z-loss, a logit softcap and each reduction (docs/NUMERICS.md 9.6). The same model as
-`oracles/log_softmax_bound.py` (its `lse_error`: the row's lse within Delta); the options' own
-arithmetic on top, first order, each term named below. `cross_entropy_loss_error` and
-`cross_entropy_grad_error` return the allowed |kernel - r|, r the correctly rounded oracle of
-`oracles/cross_entropy.py`, in the loss's and the gradient's shapes; 0 where r is not finite or a row
-is ignored (exact there).
+"""Error bounds of the fused cross-entropy kernel with every option: class weights, label smoothing,
+z-loss, logit softcap, the reductions, and the autograd gradient stored in the logits' dtype then
+scaled by grad_output (docs/NUMERICS.md 9.7). Beside `cross_entropy.cross_entropy_loss_bound` /
+`cross_entropy_grad_bound` (9.4, plain cross-entropy, which the kernel also meets), not replacing them.
 
-Softcap: x'^ = fl(c fl(tanh(fl(x / c)))) with tanh off by 8u |t| + 4u (a libdevice tanh, or one built
-from exp2 whose 1 - 2 / (e + 1) is off by a few u absolute near 0), so |x'^ - x'| <= delta =
-c (10u |t| + 6u) (the division's u |x / c| sech^2 <= 0.45u included); lse is 1-Lipschitz in the logits,
-so Delta grows by max delta. The chain factor 1 - t^2 from t^: 16u t^2 + 8u |t| + 3u.
+Kernel model (kernels/cross_entropy_kernels.py; u = 2^-24; logits exact in fp32; n_chunks chunks of
+`block` columns, D = ceil(log2 block) + n_chunks):
 
-Coefficients: eps, z and the weights reach a Triton kernel as fp32 (eps = 0.1 is not exact there):
-each product with one is u more, and 1 - eps is off by u eps absolute.
+  x'_j   = fl(fl(c) attention._tanh(fl(x_j fl(1/c)))): |x'^_j - x'_j| <= delta_j = u (14 |x'_j| + 2 |x_j|
+           sech^2(x_j / c)) + 2^-126 (tanh <= 12u, the cap's and the product's roundings, a's two
+           roundings through tanh's slope); no softcap: delta = 0. delta^ = max_j delta_j.
+  (m, l) 9.4's online sum of x'^ (per lane, the same roundings): sigma = u (6E + 5 n_chunks + 4 + D)
+           + V 2^-126, E, L from the exact x'; Lambda = 1.01 sigma + 2^-22 ln 2 + 3u L bounds L^ = fl(ln 2)
+           log2(l^) against L(x'^), and lse(x'^) is within delta^ of lse(x'), L(x'^) within 2 delta^.
+  loss   fp64 per row: nll = (m - x'_t) + L^ (m - x'_t exact): Lambda + 2 delta^ + 2^-53 nll;
+         c0 = (1 - eps) w_t: t1 = c0 nll; W = sum w (per-lane fp32 sums: u (n_chunks + log2 block) W,
+         exact unweighted); T = sum_j w_j (m - x'_j), every term >= 0: u Dt T + 2 delta^ W,
+         Dt = 4 n_chunks + ceil(log2 block) + 4 + Dw; t2 = (eps / V)(W L + T); t3 = (z lse) lse with lse
+         within Lambda + 3 delta^; the fp64 products and sums 2^-51 of the terms.
+  reduction: float64 sum and division of the rows' fp64 losses, rounded once to fmt: (sum_i pre_i +
+         N 2^-52 sum_i |loss_i|) / divisor, and one ulp (the oracle's half and ours).
+  grad   fp32: p^_j = exp2(fl(fl(x'_j - m) log2 e) - lg2 l) within p_j expm1(rho_j), rho_j = 1.01 sigma +
+         2^-22 ln 2 + 2u L + 4u d_j + 4u + delta_j + delta^; r = fl(c0 fl(p - [j = t])) + fl(fl(K p) -
+         fl(eps/V) w_j), K = fl(eps/V) W + 2 fl(z) fl(m + L) (each product and sum one u); times g (the
+         mean's go / W_t rounded to fp32: u; the product u), times sech^2 from e = exp2(-|x| fl(2 log2 e / c))
+         (relative u (4 |x / c| + 12): the exponent's two roundings, ex2, 1 + e, the square, the division)
+         and its product u; flushed p and products 2^-125 (c0 + |K| + 1) |g|.
+  rescaled (autograd, grad_output != 1): the gradient for the unit scale is stored in fmt (its bound
+  plus half an ulp for 16-bit), multiplied by grad_output in fp32 (u) and rounded again.
+  natural (a kernel that does not declare this arithmetic: 9.4's natural kernel, torch's fp32 path):
+  lse = fl(m + L^) formed in fp32 and the loss and exponents taken from it, the terms combined and the
+  rows reduced in fp32, tanh as 1 - 2 / (e^{2a} + 1) and the chain factor as 1 - t^2: 3u (|m| + L) more
+  on lse (Lambda), u (|m| + 2L + d_j) more on each exponent, 4u of the row's terms, N u of a
+  reduction's, 6u c more on each capped logit and 7u absolute on each chain factor.
+Elements whose oracle value is not finite, ignored rows and rows of a NaN mean must match exactly: 0.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
 
 from .cross_entropy import _Config, cross_entropy_grad_oracle, cross_entropy_oracle
-from .formats import FP32, Format, format_of, ulp_of
-from .log_softmax_bound import FTZ, U, finish, gamma, lse_error
+from .formats import FP32, Format, format_of
+from .log_softmax import finish_bound, lse_rows
 
-__all__ = ["cross_entropy_loss_error", "cross_entropy_grad_error"]
+__all__ = ["cross_entropy_full_loss_bound", "cross_entropy_full_grad_bound"]
 
 FormatLike = Format | str | torch.dtype
+_U = 2.0**-24
+_FTZ = 2.0**-126
+_SECOND = 1.0 + 2.0**-20
 
 
-class _Model:
-    """Per-row float64 quantities of the counted, non-special rows, shared by the loss and the gradient."""
+class _Rows:
+    """First-order float64 quantities of every row, at the exact x' (softcapped logits)."""
 
-    def __init__(self, cfg: _Config, depth: int | None) -> None:
-        self.cfg = cfg
-        N, V = cfg.N, cfg.V
-        x = cfg.x
-        c = cfg.c
+    def __init__(self, cfg: _Config, n_chunks: int, block: int, natural: bool = False):
+        x, c = cfg.x, cfg.c
         with np.errstate(invalid="ignore", over="ignore"):
-            if c is not None:
-                self.t = np.tanh(x / c)
-                xp = c * self.t
-                self.delta = np.where(np.isfinite(xp), c * (10 * U * np.abs(self.t) + 6 * U), 0.0)
+            if c is None:
+                xp, delta, self.a = x, np.zeros_like(x), np.zeros_like(x)
             else:
-                self.t = np.zeros_like(x)
-                xp = x
-                self.delta = np.zeros_like(x)
-        self.xp = xp
-        self.D = max(1, int(depth if depth is not None else V))
-        self.Delta, self.p, self.d, self.L, self.m = lse_error(xp, self.D)
-        self.Delta = self.Delta + self.delta.max(axis=1, initial=0.0)
-        self.lse = self.m + self.L
-        with np.errstate(invalid="ignore"):
-            self.a = np.where(np.isfinite(xp), self.d + self.L[:, None], np.inf)  # lse - x'_j >= 0
-        self.counted = ~cfg.ignored & np.array([not cfg.special(i) for i in range(N)], dtype=bool)
-        self.w = cfg.w
+                self.a = x / c
+                xp = c * np.tanh(self.a)
+                sech2 = 1.0 / np.cosh(np.where(np.isfinite(self.a), self.a, 0.0)) ** 2
+                slope = np.where(np.isfinite(x), np.abs(x) * sech2, 0.0)
+                delta = _U * (14 * np.abs(np.nan_to_num(xp)) + 2 * slope) + _FTZ + (6 * _U * c if natural else 0.0)
+            self.a = np.where(np.isfinite(self.a), np.abs(self.a), 0.0)
+        self.m, self.d, _, L, self.p, E = lse_rows(xp)
+        self.L = L[:, 0]
+        self.dbar = np.nan_to_num(delta).max(axis=1) if x.shape[1] else np.zeros(x.shape[0])
+        self.delta = np.nan_to_num(delta)
+        D = math.ceil(math.log2(max(block, 1))) + n_chunks
+        sigma = _U * (6 * E[:, 0] + 5 * n_chunks + 4 + D) + cfg.V * _FTZ
+        self.lam = 1.01 * sigma + 2.0**-22 * math.log(2) + 3 * _U * self.L
+        self.natural = natural
+        if natural:
+            self.lam = self.lam + 3 * _U * (np.abs(self.m[:, 0]) + self.L)
+        self.sigma = sigma
+        self.dw = (n_chunks + math.ceil(math.log2(max(block, 1)))) if cfg.w is not None and not (cfg.w == 1).all() \
+            else 0
+        self.dt = 4 * n_chunks + math.ceil(math.log2(max(block, 1))) + 4 + self.dw
+        self.lse = self.m[:, 0] + self.L
         self.W = float(np.sum(cfg.w))
-        self.eps, self.z = cfg.eps, cfg.z
-
-    def row_loss(self, i: int) -> tuple[float, float]:
-        """(float64 loss_i, its error bound) for a counted row whose loss is finite."""
-        t = int(self.cfg.t[i])
-        eps, z, V, w = self.eps, self.z, self.cfg.V, self.w
-        a, Delta, lse = self.a[i], self.Delta[i], self.lse[i]
-        t1 = (1 - eps) * w[t] * a[t]
-        err = (1 - eps) * w[t] * (Delta + self.delta[i, t] + 2 * U * a[t]) + U * eps * w[t] * a[t]
-        t2 = t3 = 0.0
-        if eps > 0:
-            s = float(np.sum(w * a))
-            t2 = eps / V * s
-            e_s = (self.W * Delta + float(np.sum(w * self.delta[i]))
-                   + gamma(self.D + 2) * (s + self.W * abs(lse) + float(np.sum(w * np.abs(self.xp[i])))))
-            err += eps / V * e_s
-        if z > 0:
-            t3 = z * lse * lse
-            err += z * (2 * abs(lse) * Delta + Delta * Delta + 3 * U * lse * lse)
-        err += 4 * U * (abs(t1) + abs(t2) + abs(t3))
-        return t1 + t2 + t3, float(err)
-
-    def grad_row(self, i: int, g: float) -> np.ndarray:
-        """The error bound of row i's gradient for the scale g (grad_output, or grad_output / W_t)."""
-        cfg = self.cfg
-        t = int(cfg.t[i])
-        eps, z, V, w, W = self.eps, self.z, cfg.V, self.w, self.W
-        p, Delta, lse = self.p[i], self.Delta[i], self.lse[i]
-        onehot = np.zeros(cfg.V)
-        onehot[t] = 1.0
-        rho = Delta + self.delta[i] + 3 * U * (self.d[i] + self.L[i]) + 4 * U
-        b1 = (1 - eps) * w[t] * (p - onehot)
-        e_b = (1 - eps) * w[t] * (p * rho + U * np.abs(p - onehot)) + U * eps * w[t] * np.abs(p - onehot)
-        b2 = b3 = np.zeros(cfg.V)
-        if eps > 0:
-            b2 = eps / V * (W * p - w)
-            e_b = e_b + eps / V * (W * p * rho + U * W * p * (1 + 1.01 * self.D) + U * np.abs(W * p - w))
-        if z > 0:
-            b3 = 2 * z * lse * p
-            e_b = e_b + 2 * z * (abs(lse) * p * rho + Delta * p + 2 * U * abs(lse) * p)
-        bracket = b1 + b2 + b3
-        e_b = e_b + 4 * U * (np.abs(b1) + np.abs(b2) + np.abs(b3)) + FTZ * ((1 - eps) * w[t] + eps / V * W + 2 * z * abs(lse))
-        if cfg.c is not None:
-            tt = self.t[i]
-            chain = 1 - tt * tt
-            e_c = 16 * U * tt * tt + 8 * U * np.abs(tt) + 3 * U
-        else:
-            chain, e_c = np.ones(cfg.V), np.zeros(cfg.V)
-        return abs(g) * (chain * e_b + np.abs(bracket) * e_c + 3 * U * chain * np.abs(bracket)) + FTZ * abs(g)
+        with np.errstate(invalid="ignore"):
+            self.T = np.where(np.isfinite(self.d), cfg.w[None, :] * self.d, 0.0).sum(axis=1)
 
 
-def _config(logits, target, *, ignore_index, label_smoothing, reduction, weight, z_loss, softcap) -> _Config:
+def _config(logits, target, weight, ignore_index, label_smoothing, z_loss, softcap, reduction="none") -> _Config:
     return _Config(logits, target, ignore_index=ignore_index, label_smoothing=label_smoothing,
                    reduction=reduction, weight=weight, z_loss=z_loss, softcap=softcap)
 
 
-def cross_entropy_loss_error(logits, target, fmt: FormatLike, *, ignore_index: int = -100,
-                             label_smoothing: float = 0.0, reduction: str = "mean", weight=None, z_loss: float = 0.0,
-                             softcap: float | None = None, depth: int | None = None,
-                             oracle: np.ndarray | None = None) -> np.ndarray:
-    """Allowed |loss^ - r| in the loss's shape ((N,) for "none", () otherwise); `fmt` is the loss's
-    format, `depth` the summation depth of the kernel's row sums over the vocabulary (None: V).
+def _row_loss_error(cfg: _Config, rows: _Rows) -> tuple[np.ndarray, np.ndarray]:
+    """(pre_i, |loss_i|) of every row, fp64 combination (module docstring)."""
+    t = np.clip(cfg.t, 0, max(cfg.V - 1, 0))
+    i = np.arange(cfg.N)
+    eps, z, sv = cfg.eps, cfg.z, cfg.eps / max(cfg.V, 1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        c0 = (1 - eps) * cfg.w[t]
+        nll = rows.d[i, t] + rows.L
+        dL = rows.lam + 2 * rows.dbar
+        t1 = c0 * nll
+        e1 = c0 * (dL + 2.0**-53 * nll) + 2.0**-52 * t1
+        sm = rows.W * rows.L + rows.T
+        dsm = rows.W * dL + rows.L * _U * rows.dw * rows.W + _U * rows.dt * rows.T + 2 * rows.dbar * rows.W \
+            + 2.0**-52 * sm
+        t2 = sv * sm
+        e2 = sv * dsm + 2.0**-52 * t2
+        dlse = rows.lam + 3 * rows.dbar + 2.0**-53 * np.abs(rows.lse)
+        t3 = z * rows.lse**2
+        e3 = z * (2 * np.abs(rows.lse) * dlse + dlse**2) + 2.0**-51 * t3
+        total = np.abs(t1) + t2 + t3
+        pre = (e1 + e2 + e3 + (2.0**-51 + (4 * _U if rows.natural else 0.0)) * total) * _SECOND
+    return np.where(np.isfinite(pre), pre, 0.0), np.where(np.isfinite(total), total, 0.0)
 
-    Row i: (1 - eps) w_t (lse - x'_t) off by w_t (Delta + delta_t + 2u a_t); the smoothing sum
-    S = sum_j w_j (lse - x'_j), which a kernel may form as W lse - sum w_j x'_j, off by
-    W Delta + sum w_j delta_j + gamma(depth + 2) (S + W |lse| + sum w_j |x'_j|); z lse^2 off by
-    z (2 |lse| Delta + Delta^2 + 3u lse^2); combining them 4u each. "sum" adds gamma(N) sum |loss_i|;
-    "mean" divides by W_t, itself a sum of N weights: + |mean| (gamma(N) + 2u)."""
+
+def cross_entropy_full_loss_bound(logits, target, fmt: FormatLike, n_chunks: int, *, block: int | None = None,
+                                  weight=None, ignore_index: int = -100, label_smoothing: float = 0.0,
+                                  z_loss: float = 0.0, softcap: float | None = None, reduction: str = "none",
+                                  oracle: np.ndarray | None = None, natural: bool = False) -> np.ndarray:
+    """Allowed |loss^ - r| (per row for "none", else of the reduced loss), r the correctly rounded
+    oracle with the same options; `block` defaults to ceil(V / n_chunks); natural: the natural
+    kernel's arithmetic (module docstring)."""
     fmt = format_of(fmt)
-    cfg = _config(logits, target, ignore_index=ignore_index, label_smoothing=label_smoothing, reduction=reduction,
-                  weight=weight, z_loss=z_loss, softcap=softcap)
+    cfg = _config(logits, target, weight, ignore_index, label_smoothing, z_loss, softcap, reduction)
+    block = block or max(1, -(-cfg.V // max(n_chunks, 1)))
     if oracle is None:
         oracle = cross_entropy_oracle(logits, target, fmt, ignore_index=ignore_index, label_smoothing=label_smoothing,
                                       reduction=reduction, weight=weight, z_loss=z_loss, softcap=softcap)
     r = np.asarray(oracle, dtype=np.float64)
-    model = _Model(cfg, depth)
-    per, err = np.zeros(cfg.N), np.zeros(cfg.N)
-    for i in np.flatnonzero(model.counted):
-        per[i], err[i] = model.row_loss(int(i))
-    ok = np.isfinite(per) & np.isfinite(err)
-    per, err = np.where(ok, per, 0.0), np.where(ok, err, 0.0)
+    if cfg.N == 0:
+        return np.zeros(r.shape)
+    pre, mag = _row_loss_error(cfg, _Rows(cfg, n_chunks, block, natural))
+    counted = ~cfg.ignored
     if reduction == "none":
-        pre = err if not cfg.one_row else err[:1].reshape(())
-        return finish(pre, r.reshape(np.shape(pre)), fmt)
-    total = float(err.sum()) + float(gamma(cfg.N)) * float(np.abs(per).sum())
-    if reduction == "mean":
-        Wt = float(cfg.Wt)
-        if Wt == 0:
-            return np.zeros(())
-        total = total / Wt + abs(float(per.sum()) / Wt) * (float(gamma(cfg.N)) + 2 * U)
-    return finish(np.array(total), r.reshape(()), fmt)
+        return np.where(counted, finish_bound(pre, r, fmt, final=1.0), 0.0)
+    div = float(cfg.Wt) if reduction == "mean" else 1.0
+    if div == 0:
+        return np.zeros(r.shape)
+    rnd = _U if natural else 2.0**-52  # an fp32 or a float64 reduction
+    red = (pre[counted].sum() + (cfg.N + 2) * rnd * mag[counted].sum()) / div * (1 + 2 * rnd)
+    return finish_bound(np.asarray(red), r, fmt, final=1.0)
 
 
-def cross_entropy_grad_error(logits, target, fmt: FormatLike, grad_output=1.0, *, ignore_index: int = -100,
-                             label_smoothing: float = 0.0, reduction: str = "mean", weight=None, z_loss: float = 0.0,
-                             softcap: float | None = None, depth: int | None = None,
-                             oracle: np.ndarray | None = None) -> np.ndarray:
-    """Allowed |grad^ - r| per element of d loss / d logits (`fmt`: the logits' format).
+def _row_scales(cfg: _Config, grad_output) -> np.ndarray:
+    """g_i as the oracle takes it: grad_output (per row for "none"), / sum w_t for "mean" (NaN at 0)."""
+    go = np.asarray(grad_output, dtype=np.float64).reshape(-1)
+    g = go if cfg.reduction == "none" else np.full(cfg.N, go[0])
+    if cfg.reduction == "mean":
+        g = g / float(cfg.Wt) if cfg.Wt else np.full(cfg.N, np.nan)
+    return np.broadcast_to(g, (cfg.N,)).astype(np.float64)
 
-    dx_j = g C_j B_j with B_j = (1 - eps) w_t (p_j - [j = t]) + (eps / V)(W p_j - w_j) + 2 z lse p_j:
-    p^_j off by p_j rho_j, rho_j = Delta + delta_j + 3u (d_j + L) + 4u (the exponent x'_j - lse^ and its
-    roundings, ex2.approx); p_j - 1 one rounding; W's sum depth u W p_j; the terms combined 4u each;
-    p_j flushed below 2^-126; the chain factor (softcap) C_j as above; the products 3u; for "mean" the
-    scale g / W_t off by gamma(N + 2). A fused kernel may store the gradient of a unit grad_output in the
-    logits' dtype and scale it afterwards (Liger's, flash-attn's, ours under autograd): a 16-bit
-    gradient then rounds twice, one ulp more where grad_output is not 1."""
+
+def _grad_error(cfg: _Config, rows: _Rows, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(pre_ij, |exact gradient_ij|) for row scales g (module docstring)."""
+    N, V = cfg.N, cfg.V
+    t = np.clip(cfg.t, 0, max(V - 1, 0))
+    eps, z = cfg.eps, cfg.z
+    sv = eps / max(V, 1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        p, d = rows.p, np.where(np.isfinite(rows.d), rows.d, 0.0)
+        oh = np.zeros((N, V))
+        oh[np.arange(N), t] = 1.0
+        c0 = ((1 - eps) * cfg.w[t])[:, None]
+        rho = (1.01 * rows.sigma + 2.0**-22 * math.log(2) + 2 * _U * rows.L)[:, None] + 4 * _U * d + 4 * _U \
+            + rows.delta + rows.dbar[:, None]
+        if rows.natural:  # the exponent fl(x' - fl(m + L)): lse's rounding and the subtraction's
+            rho = rho + (_U * (np.abs(rows.m[:, 0]) + 2 * rows.L))[:, None] + _U * d
+        dp = p * np.expm1(rho)
+        r1 = c0 * (p - oh)
+        dr = c0 * (dp + 4 * _U * np.abs(p - oh)) * (1 + 2 * _U)
+        K = np.zeros((N, 1))
+        dK = np.zeros((N, 1))
+        if eps > 0:
+            K = K + sv * rows.W
+            dK = dK + sv * rows.W * _U * (3 + rows.dw)
+        if z > 0:
+            lse = rows.lse[:, None]
+            dlse32 = (rows.lam + 2 * rows.dbar + _U * (np.abs(rows.m[:, 0]) + rows.L) + rows.dbar)[:, None]
+            K = K + 2 * z * lse
+            dK = dK + 2 * z * (dlse32 + 3 * _U * np.abs(lse))
+        inner = r1 + K * p - sv * cfg.w[None, :]
+        if eps > 0 or z > 0:
+            term2 = np.abs(K) * dp + p * dK + _U * np.abs(K) * p + 2 * _U * sv * cfg.w[None, :] \
+                + _U * np.abs(K * p - sv * cfg.w[None, :])
+            dr = dr + term2 + _U * np.abs(inner)
+        ch = np.ones((N, V)) if cfg.c is None else np.where(np.isfinite(cfg.x), 1.0 / np.cosh(
+            np.where(np.isfinite(cfg.x), cfg.x / cfg.c, 0.0)) ** 2, 0.0)
+        chain_rel = _U * (4 * rows.a + 14) if cfg.c is not None else _U * np.ones((N, V))
+        chain_abs = 7 * _U if rows.natural and cfg.c is not None else 0.0  # 1 - t^2 from t off by ~3u
+        ga = np.abs(g)[:, None]
+        pre = (ch * ga * (dr + 2 * _U * np.abs(inner)) + ga * np.abs(inner) * (ch * chain_rel + chain_abs)
+               + ga * (c0 + np.abs(K) + 1) * 2.0**-125) * _SECOND
+        exact = np.abs(g[:, None] * ch * inner)
+    return np.where(np.isfinite(pre), pre, 0.0), np.where(np.isfinite(exact), exact, 0.0)
+
+
+def cross_entropy_full_grad_bound(logits, target, fmt: FormatLike, n_chunks: int, *, block: int | None = None,
+                                  grad_output=1.0, weight=None, ignore_index: int = -100,
+                                  label_smoothing: float = 0.0, z_loss: float = 0.0, softcap: float | None = None,
+                                  reduction: str = "mean", rescaled: bool = False,
+                                  oracle: np.ndarray | None = None, natural: bool = False) -> np.ndarray:
+    """Allowed |grad^_ij - r_ij|, r the correctly rounded gradient oracle for grad_output (a scalar for
+    "mean"/"sum", (N,) for "none"). rescaled: the autograd path, the unit-scale gradient stored in fmt
+    and multiplied by grad_output afterwards (kernels/cross_entropy.py); else one launch with
+    grad_output folded in (`cross_entropy_with_grad`). Ignored rows and non-finite oracle values: 0."""
     fmt = format_of(fmt)
-    cfg = _config(logits, target, ignore_index=ignore_index, label_smoothing=label_smoothing, reduction=reduction,
-                  weight=weight, z_loss=z_loss, softcap=softcap)
+    cfg = _config(logits, target, weight, ignore_index, label_smoothing, z_loss, softcap, reduction)
+    block = block or max(1, -(-cfg.V // max(n_chunks, 1)))
     if oracle is None:
         oracle = cross_entropy_grad_oracle(logits, target, fmt, grad_output, ignore_index=ignore_index,
                                            label_smoothing=label_smoothing, reduction=reduction, weight=weight,
                                            z_loss=z_loss, softcap=softcap)
     r = np.asarray(oracle, dtype=np.float64).reshape(cfg.N, cfg.V)
-    g = np.atleast_1d(np.asarray(torch.as_tensor(grad_output).detach().cpu().double().numpy()
-                                 if isinstance(grad_output, torch.Tensor) else grad_output, dtype=np.float64)).reshape(-1)
-    model = _Model(cfg, depth)
-    pre = np.zeros((cfg.N, cfg.V))
-    Wt = float(cfg.Wt)
-    for i in np.flatnonzero(model.counted):
-        if reduction == "none":
-            gi = float(g[i] if g.size == cfg.N else g[0])
-        elif reduction == "sum":
-            gi = float(g[0])
-        elif Wt == 0:
-            continue
-        else:
-            gi = float(g[0]) / Wt
-        row = model.grad_row(int(i), gi)
-        if reduction == "mean":
-            row = row + float(gamma(cfg.N + 2)) * np.abs(r[i])
-        pre[i] = row
-    pre = np.where(np.isfinite(pre), pre, 0.0)
-    out = finish(pre, r, fmt)
-    if fmt != FP32:  # stored in 16 bits for a unit grad_output, then scaled: a second rounding
-        scaled = (g.reshape(-1) != 1.0) if reduction == "none" and g.size == cfg.N else np.full(cfg.N, g[0] != 1.0)
-        out = out + np.where(scaled[:, None] & (out > 0), ulp_of(np.abs(np.nan_to_num(r)) + pre, fmt), 0.0)
-    return out[0] if cfg.one_row else out
+    if cfg.N == 0 or cfg.V == 0:
+        return np.zeros(r.shape)
+    rows = _Rows(cfg, n_chunks, block, natural)
+    g = _row_scales(cfg, grad_output)
+    if not rescaled:
+        pre, _ = _grad_error(cfg, rows, g)
+    else:
+        go = g * (float(cfg.Wt) if reduction == "mean" and cfg.Wt else 1.0)  # the backward's factor
+        gs = _row_scales(cfg, np.ones(cfg.N if reduction == "none" else 1))  # the forward's unit scale
+        pre_s, ex_s = _grad_error(cfg, rows, gs)
+        stored = pre_s if fmt == FP32 else finish_bound(pre_s, np.where(np.isfinite(ex_s), ex_s, 0.0), fmt,
+                                                        final=0.5)
+        pre = np.abs(go)[:, None] * stored + _U * np.abs(go)[:, None] * (ex_s + stored)
+    out = finish_bound(pre, r, fmt)
+    out[cfg.ignored] = 0.0
+    return out

@@ -14,6 +14,9 @@ to even (gradual underflow, overflow to inf). docs/NUMERICS.md section 9 is the 
 * `log_softmax_backward_oracle(logp, dy, fmt)`: dy_i - exp(logp_i) sum_j dy_j (torch's formula on
   the output logp): the sum exact, the rest a ball certified by Ziv's loop.
 
+The second half of the file holds the error bounds of our fp32 kernels of these functions
+(`log_softmax_bound`, `softmax_backward_bound`, `log_softmax_backward_bound`: NUMERICS.md 9.6).
+
 Rows (`_LseRow`) are shared with `oracles/cross_entropy.py`, including the logit softcap.
 Certification: `oracles/ball.py` (midpoint-radius arithmetic) + `rounding.round_certified`.
 """
@@ -28,10 +31,11 @@ import torch
 from mpmath import libmp
 
 from .ball import ONE, ZERO, Ball
-from .formats import Format, format_of, round_float64
+from .formats import FP32, Format, format_of, round_float64, ulp_of
 from .rounding import round_certified, round_fraction, round_mpf
 
-__all__ = ["log_softmax_oracle", "softmax_backward_oracle", "log_softmax_backward_oracle"]
+__all__ = ["log_softmax_oracle", "softmax_backward_oracle", "log_softmax_backward_oracle", "log_softmax_bound",
+           "softmax_backward_bound", "log_softmax_backward_bound"]
 
 _MAKE = mpmath.mp.make_mpf
 FormatLike = Format | str | torch.dtype
@@ -350,3 +354,113 @@ def log_softmax_backward_oracle(logp: np.ndarray | torch.Tensor, dy: np.ndarray 
                                             fmt, start_prec=start_prec(n))
     return out.reshape(shape)
 
+
+
+# =================================================================================================
+# Error bounds of the fp32 kernels of kernels/log_softmax.py and kernels/softmax_backward.py
+# (tolerances, not oracles: docs/NUMERICS.md 9.6). u = 2^-24; `depth` D is the longest chain of
+# fp32 roundings in a row's sum (kernels/softmax_depth.py for the forward, backward_depth for the
+# backwards). Each returns the allowed |kernel - oracle| per element: the kernel's own error `pre`
+# plus the output's rounding, half an ulp of fmt for fp32 output (the oracle's own) and one ulp for
+# fp16/bf16 (the fp32 value is rounded once more). Elements whose oracle value is not finite must
+# match exactly: 0. First-order terms carry a factor (1 + 2^-20) for the second-order ones.
+# =================================================================================================
+
+_U = 2.0**-24
+_FTZ = 2.0**-126  # an fp32 result below the normals may be flushed (GPU): at most this, absolute
+_SECOND = 1.0 + 2.0**-20
+
+
+def finish_bound(pre: np.ndarray, oracle: np.ndarray, fmt: Format, final: float | None = None) -> np.ndarray:
+    """pre + the output's rounding (`final` ulps of fmt: 0.5 for fp32, 1 for 16-bit unless given), 0
+    where the oracle is not finite. The ulp is taken at |r| + pre, the larger side."""
+    r = np.asarray(oracle, dtype=np.float64)
+    fin = np.isfinite(r)
+    rr = np.where(fin, np.abs(r), 0.0)
+    pre = np.where(fin, pre, 0.0)
+    last = ulp_of(rr + pre, fmt) * (final if final is not None else (0.5 if fmt == FP32 else 1.0))
+    return np.where(fin, pre + last, 0.0)
+
+
+def _gamma(k: float) -> float:
+    return k * _U / (1.0 - k * _U)
+
+
+def lse_rows(x: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Float64 row statistics of finite-max rows for first-order bounds: m, d = m - x (inf at -inf),
+    S = sum exp(-d) >= 1, L = log S, p, E = sum p d (non-finite rows: m = 0, harmless, their bound is 0)."""
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        xf = np.where(np.isnan(x), -np.inf, x)
+        m = xf.max(axis=1, keepdims=True) if x.shape[1] else np.zeros((x.shape[0], 1))
+        m = np.where(np.isfinite(m), m, 0.0)
+        d = np.where(np.isfinite(xf), m - xf, np.inf)
+        e = np.exp(-d)
+        S = np.maximum(e.sum(axis=1, keepdims=True), 1.0)
+        p = e / S
+        E = np.where(p > 0, p * np.where(np.isfinite(d), d, 0.0), 0.0).sum(axis=1, keepdims=True)
+    return m, d, S, np.log(S), p, E
+
+
+def log_softmax_bound(x, fmt: FormatLike, depth: int, *, oracle: np.ndarray | None = None) -> np.ndarray:
+    """Allowed |y^_i - r_i| for y_i = (x_i - m) - L, L = fl(ln 2) log2(s), s the softmax kernels' sum
+    (NUMERICS.md 9.6): s^ = s (1 + sigma), |sigma| <= u (3E + 4 + D) + N 2^-126 (oracles/bounds.py's
+    model of that sum); |L^ - L| <= 1.01 sigma + 2^-22 ln 2 (lg2.approx) + 3u L (log2's rounding on the
+    CPU, fl(ln 2), the product); then fl(x_i - m) adds u d_i and the subtraction u |y_i|."""
+    fmt = format_of(fmt)
+    rows, shape = as_rows(x)
+    if oracle is None:
+        oracle = log_softmax_oracle(rows, fmt)
+    r = np.asarray(oracle, dtype=np.float64).reshape(rows.shape)
+    _, d, _, L, _, E = lse_rows(rows)
+    sigma = _U * (3 * E + 4 + depth) + rows.shape[1] * _FTZ
+    lam = 1.01 * sigma + 2.0**-22 * math.log(2) + 3 * _U * L
+    with np.errstate(invalid="ignore"):
+        pre = (_U * np.where(np.isfinite(d), d, 0.0) + lam + _U * np.abs(np.where(np.isfinite(r), r, 0.0))) * _SECOND
+    return finish_bound(pre, r, fmt).reshape(shape)
+
+
+def _bound_inputs(a, dy, fmt: FormatLike, oracle, oracle_fn) -> tuple:
+    """(fmt, a rows, dy rows, shape, oracle rows) of a backward bound; the oracle computed if not given."""
+    fmt = format_of(fmt)
+    ar, dr, shape = _pair_rows(a, dy, oracle_fn.__name__.replace("oracle", "bound"))
+    r = oracle_fn(ar, dr, fmt) if oracle is None else oracle
+    return fmt, ar, dr, shape, np.asarray(r, dtype=np.float64).reshape(ar.shape)
+
+
+def softmax_backward_bound(y, dy, fmt: FormatLike, depth: int, *, oracle: np.ndarray | None = None) -> np.ndarray:
+    """Allowed |dx^_i - r_i| for the kernel's s = sum fl(y_j dy_j) (a chain of D roundings after the
+    product: |s^ - s| <= gamma_{D+1} A + N 2^-126, A = sum |y_j dy_j|), t = fl(dy_i / 2 - s^ / 2)
+    (u |t|; the halvings exact but for a flushed 2^-126), dx = 2 fl(y_i t) (u |dx|):
+    pre_i = |y_i| ((1 + 2u) (gamma_{D+1} A + N 2^-126) + 2u |dy_i - s|) + 4 2^-126."""
+    fmt, yr, dr, shape, r = _bound_inputs(y, dy, fmt, oracle, softmax_backward_oracle)
+    with np.errstate(invalid="ignore", over="ignore"):
+        prod = yr * dr
+        A = np.abs(prod).sum(axis=1, keepdims=True)
+        s = prod.sum(axis=1, keepdims=True)
+        n = yr.shape[1]
+        ds = (1 + 2 * _U) * (_gamma(depth + 1) * A + n * _FTZ)
+        pre = (np.abs(yr) * (ds + 2 * _U * np.abs(dr - s)) + 4 * _FTZ) * _SECOND
+    return finish_bound(pre, r, fmt).reshape(shape)
+
+
+def log_softmax_backward_bound(logp, dy, fmt: FormatLike, depth: int, *,
+                               oracle: np.ndarray | None = None) -> np.ndarray:
+    """Allowed |dx^_i - r_i| for dx = (dy_i 2^-k - e^_i S^') 2^k (kernels/softmax_backward.py, log mode):
+    S^ = sum dy (|S^ - S| <= gamma_D B + N 2^-126 2^k, B = sum |dy|, the 2^-k scalings exact but for
+    flushes; k > 0 only when max |dy| >= 2^64), e^_i = exp2(fl(logp_i fl(log2 e))) within a relative
+    eps_i = expm1(2.0001 u |logp_i| + 4.0001 u) of exp(logp_i) (two roundings of the exponent, ex2.approx
+    4u), the product u, the difference u |dx|:
+    pre_i = e_i (1 + eps_i)(1 + u) dS + e_i |S| (eps_i + u (1 + eps_i)) + u |dx_i| + 2^-125 2^k."""
+    fmt, lr, dr, shape, r = _bound_inputs(logp, dy, fmt, oracle, log_softmax_backward_oracle)
+    with np.errstate(invalid="ignore", over="ignore"):
+        amax = np.abs(dr).max(axis=1, keepdims=True) if dr.shape[1] else np.zeros((dr.shape[0], 1))
+        scale = np.where(np.isfinite(amax) & (amax >= 2.0**64), 2.0 * amax / 2.0**64, 1.0)  # >= 2^k
+        S = dr.sum(axis=1, keepdims=True)
+        B = np.abs(dr).sum(axis=1, keepdims=True)
+        e = np.exp(lr)
+        lpa = np.where(np.isfinite(lr), np.abs(lr), 0.0)
+        eps = np.expm1(2.0001 * _U * lpa + 4.0001 * _U)
+        dS = _gamma(depth) * B + dr.shape[1] * _FTZ * scale
+        pre = (e * (1 + eps) * (1 + _U) * dS + e * np.abs(S) * (eps + _U * (1 + eps))
+               + _U * np.abs(np.where(np.isfinite(r), r, 0.0)) + 2 * _FTZ * scale) * _SECOND
+    return finish_bound(np.where(np.isfinite(pre), pre, 0.0), r, fmt).reshape(shape)

@@ -89,9 +89,11 @@ def _hinted(z: ZooKernel) -> list[str]:
 def _failing(fn, z: ZooKernel) -> set[str]:
     """The properties of a training-family entry's `property_hint` that `fn` fails on a fresh trigger
     (declared as an author would: its `flashcheck` dict)."""
+    from flashcheck.families import load_properties
     from flashcheck.kernels.registry import KernelSpec
     from flashcheck.targets.external import apply_capabilities
 
+    load_properties()
     kwargs = apply_capabilities({}, getattr(fn, "flashcheck", None) or {}, z.family, f"zoo {fn.__name__}")
     spec = KernelSpec(name=f"zoo.{fn.__name__}", family=z.family, fn=fn, **kwargs)
     failed = set()

@@ -2,7 +2,7 @@
 9.1), on a softmax's inputs (the softmax classes). Shared machinery: `flashcheck.properties.rowwise`.
 
 * input_untouched: x's whole storage (guards included) is unchanged.
-* matches_oracle: within `oracles.log_softmax_bound.log_softmax_bound` of the correctly rounded
+* matches_oracle: within `oracles.log_softmax.log_softmax_bound` (NUMERICS 9.6) of the correctly rounded
   oracle, special values exactly (NaN rows, -inf entries): log(softmax) underflowing to -inf and an
   exp without the max subtraction (hb-pytorch #61: -inf at x = 88.72) both fail it.
 * shift_invariant: log_softmax(x + c) = log_softmax(x) when every x_i + c is exact (the case's

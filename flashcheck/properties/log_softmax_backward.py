@@ -2,7 +2,7 @@
 the forward's output as given (torch's formula, docs/NUMERICS.md 9.1). Shared machinery:
 `flashcheck.properties.rowwise`.
 
-* input_untouched, matches_oracle (within `oracles.log_softmax_bound.log_softmax_backward_bound`),
+* input_untouched, matches_oracle (within `oracles.log_softmax.log_softmax_backward_bound` (NUMERICS 9.6)),
   nan_guard_invisible: as the softmax backward's.
 * rows_sum: sum_j dx_j = (sum dy)(1 - sum exp(logp)) (0 for a logp whose exponentials sum to 1),
   within the sum of the elements' bounds.

@@ -21,7 +21,7 @@ from flashcheck.families import get as family_record
 from flashcheck.fixtures.store import storage_snapshot
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.oracles.formats import Format, format_of, to_float64
-from flashcheck.oracles.log_softmax_bound import row_sum_bound
+from flashcheck.oracles.bounds import row_sum_bound
 from flashcheck.properties.limits import within_declared_numel
 from flashcheck.properties.softmax import _first_diff as first_diff, same_layout
 from flashcheck.strategies.case import Case
@@ -70,7 +70,7 @@ def where(case: Case) -> str:
 class Rows:
     """A row-wise family: its kernels take `inputs` (2-D, rows over the last dim) and return their
     shape and dtype; `oracle(*inputs, fmt)` and `bound(*inputs, fmt, depth=, oracle=)` as in
-    oracles/log_softmax.py and oracles/log_softmax_bound.py."""
+    oracles/log_softmax.py (their record's `oracle` and `bound`)."""
 
     def __init__(self, family: str, inputs: tuple[str, ...], *,
                  row_sum: Callable[[dict[str, np.ndarray]], tuple[np.ndarray, np.ndarray]] | None = None) -> None:

@@ -3,7 +3,7 @@ output as given (docs/NUMERICS.md 9.1). Shared machinery: `flashcheck.properties
 
 * input_untouched: y's and dy's whole storages (guards included) are unchanged (Apex-style backward
   kernels write dx into dy's buffer).
-* matches_oracle: within `oracles.log_softmax_bound.softmax_backward_bound` of the correctly rounded
+* matches_oracle: within `oracles.log_softmax.softmax_backward_bound` (NUMERICS 9.6) of the correctly rounded
   oracle, special values exactly.
 * rows_sum: sum_j dx_j = s (1 - sum_j y_j) exactly (0 for a y summing to 1), within the sum of the
   elements' bounds: a backward using the log-softmax formula (dy - sum dy) misses it by s.

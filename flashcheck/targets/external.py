@@ -207,6 +207,11 @@ CAPABILITIES: dict[str, Capability] = {k: Capability(*v) for k, v in {
                          "cross_entropy: it takes inplace_backward=True (the gradient written into the logits' storage)"),
     "with_grad": ("with_grad", _callable, "cross_entropy: fn(logits, target, grad_output, **options) -> (loss, grad): "
                                           "its gradient when the loss it returns carries no grad_fn"),
+    "block_v": ("block_v", _positive_int, "cross_entropy: its vocabulary chunk, the bound's blocking (default: the "
+                                         "worst case, one column a chunk)"),
+    "arithmetic": ("arithmetic", _choice("natural", "fused"),
+                   "cross_entropy: natural (lse formed in fp32, the default) or fused (m - x_t exact, the exponent "
+                   "from x - m, float64 rows: docs/NUMERICS.md 9.7): the bound's model"),
 }.items()}
 
 

@@ -20,7 +20,8 @@ import torch
 from flashcheck.families import margin, prop
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.oracles.formats import to_float64
-from flashcheck.oracles.log_softmax_bound import row_sum_bound, row_stats
+from flashcheck.oracles.bounds import row_sum_bound
+from flashcheck.oracles.log_softmax import lse_rows
 from flashcheck.strategies.case import Case
 from .outcome import FAMILY, describe, off, outcome, value_line, worst
 
@@ -93,7 +94,8 @@ def grad_rows_sum(spec: KernelSpec, case: Case) -> None:
     z, red = o.opts["z_loss"], o.opts["reduction"]
     go = to_float64(o.grad_output).reshape(-1)
     counted = (target != o.opts["ignore_index"]) & np.isfinite(r).all(axis=1)
-    _, _, L, _, m = row_stats(x)
+    m, _, _, L, _, _ = lse_rows(x)
+    m, L = m[:, 0], L[:, 0]
     lse = m + L  # float64: L from a sum of n exponentials, off by (n + 4) 2^-53 (|m| + L + 1) at most
     if red == "mean":
         w = to_float64(o.opts["weight"]) if o.opts["weight"] is not None else np.ones(x.shape[1])

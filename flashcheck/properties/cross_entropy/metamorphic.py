@@ -24,8 +24,7 @@ from flashcheck.families import prop
 from flashcheck.fixtures.store import storage_of
 from flashcheck.kernels.registry import PRODUCTION, KernelSpec
 from flashcheck.oracles.formats import bit_patterns, format_of, to_float64, ulp_of
-from flashcheck.oracles.log_softmax import log_softmax_oracle
-from flashcheck.oracles.log_softmax_bound import log_softmax_bound
+from flashcheck.oracles.log_softmax import log_softmax_bound, log_softmax_oracle
 from flashcheck.properties.rowwise import first_diff, same_layout
 from flashcheck.strategies.case import Case
 from .outcome import FAMILY, Outcome, call_kwargs, describe, grad_call, off, options, unit_grad_output, value_line, \

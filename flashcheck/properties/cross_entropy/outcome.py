@@ -21,7 +21,7 @@ from flashcheck.families import get as family_record
 from flashcheck.fixtures.store import storage_snapshot
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.oracles.cross_entropy import cross_entropy_grad_oracle
-from flashcheck.oracles.cross_entropy_bound import cross_entropy_grad_error
+from flashcheck.oracles.cross_entropy_bound import cross_entropy_full_grad_bound
 from flashcheck.oracles.formats import FORMATS, Format, format_of, to_float64
 from flashcheck.properties.rowwise import compact, where
 from flashcheck.properties.tally import note
@@ -84,9 +84,10 @@ class Outcome:
     def loss_fmt(self) -> Format:
         return format_of(self.loss.dtype)
 
-    @property
-    def depth(self) -> int:
-        return self.spec.summation_depth(self.case.tensors["logits"].shape[-1])
+    def model(self) -> dict[str, Any]:
+        """The bound's model of the kernel: its blocking and arithmetic (CrossEntropySpec)."""
+        n_chunks, block = self.spec.blocking(self.case.tensors["logits"].shape[-1])
+        return {"n_chunks": n_chunks, "block": block, "natural": self.spec.arithmetic == "natural"}
 
     def loss_oracle(self, reduction: str | None = None) -> np.ndarray:
         key = f"loss:{reduction or self.opts['reduction']}"
@@ -100,7 +101,7 @@ class Outcome:
         opts = {**self.opts, **({"reduction": reduction} if reduction else {})}
         return np.asarray(family_record(FAMILY).function("bound")(
             self.case.tensors["logits"] if logits is None else logits, self.case.tensors["target"], self.loss_fmt,
-            depth=self.depth, oracle=self.loss_oracle(reduction), **opts), dtype=np.float64)
+            oracle=self.loss_oracle(reduction), **self.model(), **opts), dtype=np.float64)
 
     def grad_oracle(self) -> np.ndarray:
         if "grad" not in self.cache:
@@ -109,9 +110,11 @@ class Outcome:
         return self.cache["grad"]
 
     def grad_bound(self, logits: Any = None) -> np.ndarray:
-        return cross_entropy_grad_error(self.case.tensors["logits"] if logits is None else logits,
-                                        self.case.tensors["target"], self.fmt, self.grad_output, depth=self.depth,
-                                        oracle=self.grad_oracle(), **self.opts)
+        # through autograd the fused kernels store the unit-scale gradient and scale it after (rescaled)
+        return cross_entropy_full_grad_bound(self.case.tensors["logits"] if logits is None else logits,
+                                             self.case.tensors["target"], self.fmt, grad_output=to_float64(self.grad_output),
+                                             rescaled=self.via == "autograd", oracle=self.grad_oracle(),
+                                             **self.model(), **self.opts)
 
 
 def _check_loss(spec: KernelSpec, case: Case, loss: Any, what: str) -> torch.Tensor:
