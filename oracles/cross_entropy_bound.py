@@ -31,7 +31,8 @@ Kernel model (kernels/cross_entropy_kernels.py; u = 2^-24; logits exact in fp32;
   lse = fl(m + L^) formed in fp32 and the loss and exponents taken from it, the terms combined and the
   rows reduced in fp32, tanh as 1 - 2 / (e^{2a} + 1) and the chain factor as 1 - t^2: 3u (|m| + L) more
   on lse (Lambda), u (|m| + 2L + d_j) more on each exponent, 4u of the row's terms, N u of a
-  reduction's, 6u c more on each capped logit and 7u absolute on each chain factor.
+  reduction's, 6u c more on each capped logit and 7u absolute on each chain factor. (At |m| ~ 1e30 the
+  first-order |p^ - p| passes 1, which p^ and p, both in [0, 1], never do: it is capped at 1.)
 Elements whose oracle value is not finite, ignored rows and rows of a NaN mean must match exactly: 0.
 """
 from __future__ import annotations
@@ -169,7 +170,7 @@ def _grad_error(cfg: _Config, rows: _Rows, g: np.ndarray) -> tuple[np.ndarray, n
             + rows.delta + rows.dbar[:, None]
         if rows.natural:  # the exponent fl(x' - fl(m + L)): lse's rounding and the subtraction's
             rho = rho + (_U * (np.abs(rows.m[:, 0]) + 2 * rows.L))[:, None] + _U * d
-        dp = p * np.expm1(rho)
+        dp = np.minimum(p * np.expm1(rho), 1.0)  # p^ and p both lie in [0, 1] (lg2 l^ >= 0): a blown-up rho is 1
         r1 = c0 * (p - oh)
         dr = c0 * (dp + 4 * _U * np.abs(p - oh)) * (1 + 2 * _U)
         K = np.zeros((N, 1))
