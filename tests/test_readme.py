@@ -41,6 +41,7 @@ HOW = {
     "pip install /path/to/flashcheck": "tests/test_install.py::test_one_top_level_name",
     "flashcheck check kernels/my_softmax.py:softmax --family softmax -n auto": AUTHOR,
     "flashcheck check my_pkg.attention:flash_fwd --family attention -n auto": AUTHOR,
+    "flashcheck check kernels/my_ce.py:cross_entropy --family cross_entropy -n auto": AUTHOR,
     "flashcheck check examples/cute_online_softmax.py:softmax --family softmax -n 16":
         "tests/test_examples.py::test_cute_example_passes_and_its_seed_version_is_caught",
     "flashcheck check examples/cute_online_softmax.py:seed_softmax --family softmax -n 16":
@@ -56,6 +57,18 @@ AUTHOR_FILES = {
 
         def softmax(x):
             return torch.softmax(x.double(), dim=-1).to(x.dtype)
+    ''',
+    "kernels/my_ce.py": '''
+        import torch
+        import torch.nn.functional as F
+
+
+        def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", weight=None, label_smoothing=0.0):
+            ignored = target == ignore_index  # an ignored row's garbage kept out of torch's backward
+            x = torch.where(ignored[:, None], torch.zeros((), dtype=torch.float64), logits.double())
+            w = None if weight is None else weight.double()
+            return F.cross_entropy(x, target, weight=w, ignore_index=ignore_index, reduction=reduction,
+                                   label_smoothing=label_smoothing).to(logits.dtype)
     ''',
     "my_pkg/__init__.py": "",
     "my_pkg/attention.py": '''

@@ -2,7 +2,8 @@
 default per-test timeout. A pytest plugin (loaded next to `flashcheck.plugin`).
 
 Markers, all registered so `-m "softmax and not slow"` selects without warnings:
-- `softmax`, `attention`: from the test module's `FAMILY` (added by `flashcheck.plugin`);
+- one per family (`softmax`, `attention`, `cross_entropy`, ...): from the test module's `FAMILY` (added by
+  `flashcheck.plugin`);
 - `gpu_only`: skipped with a reason under Triton's interpreter. Given explicitly, or added to any
   test whose skip condition is "GPU only: ..." (a `skipif(INTERPRET, reason="GPU only: ...")`),
   so `-m gpu_only` on a GPU runs exactly those;
