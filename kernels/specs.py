@@ -132,25 +132,21 @@ from .log_softmax import (  # noqa: E402
 from .row_spec import LogSoftmaxBackwardSpec, LogSoftmaxSpec, SoftmaxBackwardSpec  # noqa: E402
 from .softmax_backward import backward_depth, softmax_backward, softmax_backward_chunked, softmax_backward_split  # noqa: E402
 
-for _name, _fn, _variant in (("softmax_backward", softmax_backward, None),
-                             ("softmax_backward_chunked", softmax_backward_chunked, "chunked"),
-                             ("softmax_backward_split", softmax_backward_split, "split")):
-    register(SoftmaxBackwardSpec(name=_name, family="softmax_backward", fn=_fn,
-                                 depth=_functools.partial(backward_depth, variant=_variant),
-                                 description=f"softmax backward: {_variant or 'dispatcher (row / chunked / split)'}"))
+# The backwards: each family's dispatcher and its chunked and split forms, at each form's depth.
+for _type, _family, _forms, _depth in (
+        (SoftmaxBackwardSpec, "softmax_backward", (softmax_backward, softmax_backward_chunked, softmax_backward_split),
+         backward_depth),
+        (LogSoftmaxBackwardSpec, "log_softmax_backward",
+         (log_softmax_backward, log_softmax_backward_chunked, log_softmax_backward_split), log_softmax_backward_depth)):
+    for _fn, _variant in zip(_forms, (None, "chunked", "split")):
+        register(_type(name=_fn.__name__, family=_family, fn=_fn, depth=_functools.partial(_depth, variant=_variant),
+                       description=f"{_family.replace('_', ' ')}: {_variant or 'dispatcher (row / chunked / split)'}"))
 
 register(LogSoftmaxSpec(name="log_softmax", family="log_softmax", fn=log_softmax, depth=log_softmax_depth,
                         description="log-softmax: dispatcher (row / online)"))
 register(LogSoftmaxSpec(name="log_softmax_online", family="log_softmax", fn=log_softmax_online,
                         depth=_functools.partial(log_softmax_depth, variant="online"),
                         description="log-softmax: one program a row, an online (max, sum) over chunks"))
-
-for _name, _fn, _variant in (("log_softmax_backward", log_softmax_backward, None),
-                             ("log_softmax_backward_chunked", log_softmax_backward_chunked, "chunked"),
-                             ("log_softmax_backward_split", log_softmax_backward_split, "split")):
-    register(LogSoftmaxBackwardSpec(name=_name, family="log_softmax_backward", fn=_fn,
-                                    depth=_functools.partial(log_softmax_backward_depth, variant=_variant),
-                                    description=f"log-softmax backward: {_variant or 'dispatcher (row / chunked / split)'}"))
 
 
 register(CrossEntropySpec(name="cross_entropy", family="cross_entropy", fn=cross_entropy,

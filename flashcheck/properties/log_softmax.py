@@ -13,14 +13,12 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from flashcheck.families import get as family_record
-from flashcheck.families import margin, prop
+from flashcheck.families import prop
 from flashcheck.kernels.registry import KernelSpec
 from flashcheck.oracles.formats import format_of, to_float64
-from flashcheck.properties.rowwise import Rows, excess, first_diff, fit_inputs, same_layout, violations, where
-from flashcheck.properties.rowwise import refusable as _refusable
+from flashcheck.properties.rowwise import Rows, excess, first_diff, shifted, violations, where
 from flashcheck.strategies.case import Case
 
 FAMILY = "log_softmax"
@@ -31,34 +29,14 @@ META_PROPERTIES = ("shift_invariant", "nan_guard_invisible")
 ROWS = Rows(FAMILY, INPUTS)
 
 
-@prop(FAMILY, "input_untouched")
-def input_untouched(spec: KernelSpec, case: Case) -> None:
-    ROWS.input_untouched(spec, case)
-
-
-@prop(FAMILY, "matches_oracle")
-def matches_oracle(spec: KernelSpec, case: Case) -> None:
-    ROWS.matches_oracle(spec, case)
-
-
-@margin(FAMILY, "matches_oracle")
-def oracle_margin(spec: KernelSpec, case: Case) -> float:
-    return ROWS.margin(spec, case)
-
-
-@prop(FAMILY, "nan_guard_invisible")
-def nan_guard_invisible(spec: KernelSpec, case: Case) -> None:
-    ROWS.nan_guard_invisible(spec, case)
+ROWS.register(("input_untouched", "matches_oracle", "nan_guard_invisible"))
 
 
 @prop(FAMILY, "shift_invariant")
 def shift_invariant(spec: KernelSpec, case: Case) -> None:
     x, c = case.tensors["x"], float(case.tensors["shift"])
     x64 = to_float64(x)
-    shifted = torch.from_numpy(x64 + c).to(x.dtype)
-    if not np.array_equal(to_float64(shifted), x64 + c, equal_nan=True):
-        raise ValueError(f"case bug: x + {c} is not exact in {x.dtype} ({case.label})")
-    xs = same_layout(x, shifted.to(x.device))
+    xs = shifted(x, c, case.label)
     y, ys = ROWS.run(spec, {"x": x}), ROWS.run(spec, {"x": xs})
     if spec.shift_exact:
         diff = first_diff(y, ys)
@@ -82,9 +60,5 @@ def shift_invariant(spec: KernelSpec, case: Case) -> None:
                              f"bound={b[i, j] + bs[i, j]:.3g}\n  {where(case)}")
 
 
-def fit_to_declarations(spec: KernelSpec, case: Case) -> Case | None:
-    return fit_inputs(spec, case, INPUTS)
-
-
-def refusable(case: Case) -> dict[str, str]:
-    return _refusable(case, "x")
+#: What the engine asks a family (flashcheck.families.HOOKS).
+fit_to_declarations, refusable = ROWS.fit, ROWS.refusable

@@ -67,6 +67,16 @@ def where(case: Case) -> str:
                      f"offset={t.storage_offset()}" for k, t in case.tensors.items()) + f" ({case.label})"
 
 
+def shifted(x: torch.Tensor, c: float, label: str) -> torch.Tensor:
+    """x + c in x's own layout (a fresh storage shaped like x's), checked exact in x's dtype: the
+    shift cases promise it, and the shift properties rest on it."""
+    x64 = to_float64(x)
+    values = torch.from_numpy(x64 + c).to(x.dtype)
+    if not np.array_equal(to_float64(values), x64 + c, equal_nan=True):
+        raise ValueError(f"case bug: x + {c} is not exact in {x.dtype} ({label})")
+    return same_layout(x, values.to(x.device))
+
+
 class Rows:
     """A row-wise family: its kernels take `inputs` (2-D, rows over the last dim) and return their
     shape and dtype; `oracle(*inputs, fmt)` and `bound(*inputs, fmt, depth=, oracle=)` as in
@@ -76,6 +86,24 @@ class Rows:
                  row_sum: Callable[[dict[str, np.ndarray]], tuple[np.ndarray, np.ndarray]] | None = None) -> None:
         self.family, self.inputs, self.row_sum = family, inputs, row_sum
         self._last: tuple[str, Case, Outcome] | None = None
+
+    def register(self, names: tuple[str, ...]) -> None:
+        """Register these properties (methods of the same names) under the family, and the oracle's
+        margin (hypothesis.target climbs the worst err/bound)."""
+        from flashcheck.families import margin, prop
+
+        for name in names:
+            method = getattr(self, name)
+            prop(self.family, name)(lambda spec, case, _m=method: _m(spec, case))
+        margin(self.family, "matches_oracle")(self.margin)
+
+    def fit(self, spec: KernelSpec, case: Case) -> Case | None:
+        """The family's `fit_to_declarations` (flashcheck.families.HOOKS)."""
+        return fit_inputs(spec, case, self.inputs)
+
+    def refusable(self, case: Case) -> dict[str, str]:
+        """The family's `refusable` (flashcheck.families.HOOKS)."""
+        return refusable(case, self.inputs[0])
 
     # ---- the call ---------------------------------------------------------------------------
     def run(self, spec: KernelSpec, tensors: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -15,11 +15,7 @@ import math
 
 import numpy as np
 
-from flashcheck.families import margin, prop
-from flashcheck.kernels.registry import KernelSpec
-from flashcheck.properties.rowwise import Rows, fit_inputs
-from flashcheck.properties.rowwise import refusable as _refusable
-from flashcheck.strategies.case import Case
+from flashcheck.properties.rowwise import Rows
 
 FAMILY = "softmax_backward"
 INPUTS = ("y", "dy")
@@ -42,34 +38,8 @@ def exact_row_sums(inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarra
 ROWS = Rows(FAMILY, INPUTS, row_sum=exact_row_sums)
 
 
-@prop(FAMILY, "input_untouched")
-def input_untouched(spec: KernelSpec, case: Case) -> None:
-    ROWS.input_untouched(spec, case)
+ROWS.register(CORE_PROPERTIES + META_PROPERTIES)
 
 
-@prop(FAMILY, "matches_oracle")
-def matches_oracle(spec: KernelSpec, case: Case) -> None:
-    ROWS.matches_oracle(spec, case)
-
-
-@margin(FAMILY, "matches_oracle")
-def oracle_margin(spec: KernelSpec, case: Case) -> float:
-    return ROWS.margin(spec, case)
-
-
-@prop(FAMILY, "rows_sum")
-def rows_sum(spec: KernelSpec, case: Case) -> None:
-    ROWS.rows_sum(spec, case)
-
-
-@prop(FAMILY, "nan_guard_invisible")
-def nan_guard_invisible(spec: KernelSpec, case: Case) -> None:
-    ROWS.nan_guard_invisible(spec, case)
-
-
-def fit_to_declarations(spec: KernelSpec, case: Case) -> Case | None:
-    return fit_inputs(spec, case, INPUTS)
-
-
-def refusable(case: Case) -> dict[str, str]:
-    return _refusable(case, "y")
+#: What the engine asks a family (flashcheck.families.HOOKS).
+fit_to_declarations, refusable = ROWS.fit, ROWS.refusable

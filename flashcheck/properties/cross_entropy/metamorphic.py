@@ -25,7 +25,7 @@ from flashcheck.fixtures.store import storage_of
 from flashcheck.kernels.registry import PRODUCTION, KernelSpec
 from flashcheck.oracles.formats import bit_patterns, format_of, to_float64, ulp_of
 from flashcheck.oracles.log_softmax import log_softmax_bound, log_softmax_oracle
-from flashcheck.properties.rowwise import first_diff, same_layout
+from flashcheck.properties.rowwise import first_diff, same_layout, shifted
 from flashcheck.strategies.case import Case
 from .outcome import FAMILY, Outcome, call_kwargs, describe, grad_call, off, options, unit_grad_output, value_line, \
     worst
@@ -57,10 +57,7 @@ def _light(spec: KernelSpec, case: Case, loss: torch.Tensor, grad, via, go) -> O
 def shift_invariant(spec: KernelSpec, case: Case) -> None:
     x, c = case.tensors["logits"], float(case.tensors["shift"])
     x64 = to_float64(x)
-    shifted = torch.from_numpy(x64 + c).to(x.dtype)
-    if not np.array_equal(to_float64(shifted), x64 + c, equal_nan=True):
-        raise ValueError(f"case bug: logits + {c} is not exact in {x.dtype} ({case.label})")
-    xs = same_layout(x, shifted.to(x.device))
+    xs = shifted(x, c, case.label)
     loss0 = _plain(spec, case)
     go = _grad_output(case, loss0)
     l0, g0, via = grad_call(spec, case, x, go)

@@ -173,46 +173,29 @@ def _bwd_case(log: bool, dy: np.ndarray, *, dtype=torch.float32, layouts=(Layout
     return _row_case(("logp", "dy") if log else ("y", "dy"), [fwd, dy], list(layouts), dtype)
 
 
-def softmax_backward_fixed(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
-    """The fixed twin of the softmax-backward entries."""
-    return T.bwd_launch(y, dy, log=False, bug=T.SB_NONE)
+def _bwd(log: bool, bug: int, name: str, doc: str) -> Callable[..., torch.Tensor]:
+    def fn(a: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+        return T.bwd_launch(a, dy, log=log, bug=bug)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc
+    return fn
 
 
-def sb_log_formula(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
-    """Softmax backward with log-softmax's sum: y (dy - sum dy), not y (dy - sum y dy)."""
-    return T.bwd_launch(y, dy, log=False, bug=T.LOG_FORMULA)
-
-
-def sb_dy_strides(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
-    """dy read with y's strides: two layouts taken for one (Torch-FL PR #172, REAL_BUGS CE 11)."""
-    return T.bwd_launch(y, dy, log=False, bug=T.DY_STRIDES)
-
-
-def sb_dx_into_dy(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
-    """dx computed in place into dy's storage (Megatron/Apex fused softmax backward): the caller's
-    gradient is gone."""
-    return T.bwd_launch(y, dy, log=False, bug=T.DX_INTO_DY)
-
-
-def log_softmax_backward_fixed(logp: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
-    """The fixed twin of the log-softmax backward entries."""
-    return T.bwd_launch(logp, dy, log=True, bug=T.SB_NONE)
-
-
-def lsb_contiguous_rows(logp: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
-    """Log-softmax backward reading its inputs as if contiguous (REAL_BUGS CE 11)."""
-    return T.bwd_launch(logp, dy, log=True, bug=T.CONTIGUOUS_ROWS)
-
-
-def lsb_dx_into_dy(logp: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
-    """dx computed in place into dy's storage."""
-    return T.bwd_launch(logp, dy, log=True, bug=T.DX_INTO_DY)
-
-
-def lsb_sum_16bit(logp: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
-    """The row's sum of dy kept in the inputs' 16-bit dtype (REAL_BUGS CE 3 and 7: intermediates in low
-    precision; the Triton tutorial's fp16 dS)."""
-    return T.bwd_launch(logp, dy, log=True, bug=T.SUM_16BIT)
+softmax_backward_fixed = _bwd(False, T.SB_NONE, "softmax_backward_fixed", "The fixed twin of the softmax-backward entries.")
+sb_log_formula = _bwd(False, T.LOG_FORMULA, "sb_log_formula",
+                      "Softmax backward with log-softmax's sum: y (dy - sum dy), not y (dy - sum y dy).")
+sb_dy_strides = _bwd(False, T.DY_STRIDES, "sb_dy_strides",
+                     "dy read with y's strides: two layouts taken for one (Torch-FL PR #172, REAL_BUGS CE 11).")
+sb_dx_into_dy = _bwd(False, T.DX_INTO_DY, "sb_dx_into_dy", """dx computed in place into dy's storage (Megatron/Apex
+fused softmax backward): the caller's gradient is gone.""")
+log_softmax_backward_fixed = _bwd(True, T.SB_NONE, "log_softmax_backward_fixed",
+                                  "The fixed twin of the log-softmax backward entries.")
+lsb_contiguous_rows = _bwd(True, T.CONTIGUOUS_ROWS, "lsb_contiguous_rows",
+                           "Log-softmax backward reading its inputs as if contiguous (REAL_BUGS CE 11).")
+lsb_dx_into_dy = _bwd(True, T.DX_INTO_DY, "lsb_dx_into_dy", "dx computed in place into dy's storage.")
+lsb_sum_16bit = _bwd(True, T.SUM_16BIT, "lsb_sum_16bit", """The row's sum of dy kept in the inputs' 16-bit dtype
+(REAL_BUGS CE 3 and 7: intermediates in low precision; the Triton tutorial's fp16 dS).""")
 
 
 def log_softmax_fixed(x: torch.Tensor) -> torch.Tensor:
