@@ -214,8 +214,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("targets", nargs="*", metavar="TARGET",
                    help="FILE.py:FUNCTION, package.module:FUNCTION or a registered kernel (default: all registered)")
     p.add_argument("--kernel", action="append", default=[], metavar="TARGET", help="same as a TARGET (repeatable)")
-    p.add_argument("--family", choices=list(families.names()),
-                   help="the family of FILE.py/module targets; with no target, only this family's kernels")
+    p.add_argument("--family", choices=[n for n in families.names() if families.get(n).report],
+                   help="the family of FILE.py/module targets; with no target, only this family's kernels "
+                        "(the families with a stability report)")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"), help="two kernels side by side on the same inputs")
     p.add_argument("--out", type=Path, default=None, help="output folder (default ./flashcheck-report)")
     p.add_argument("--examples", type=int, default=None,
@@ -321,9 +322,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         specs = [load_kernel(t, args.family) for t in targets]
     except KernelLoadError as e:
         return _error(str(e))
-    if not targets:
-        specs = [s for s in REGISTRY if args.family is None or s.family == args.family]
+    if not targets:  # every registered kernel of a family that has a report (its record's `report`)
+        specs = [s for s in REGISTRY if (args.family is None or s.family == args.family) and families.get(s.family).report]
     specs = list({s.name: s for s in specs}.values())
+    without = sorted({s.family for s in specs if not families.get(s.family).report})
+    if without:
+        return _error(f"no stability report for the {', '.join(without)} family (its kernels are checked by "
+                      f"`flashcheck check`)")
     if args.compare:
         a, b = (load_kernel(t, args.family) for t in args.compare)
         if a.family != b.family:
