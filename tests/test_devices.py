@@ -33,11 +33,25 @@ SLEEP_CYCLES = 200_000_000
 # dispatcher's split path; attention with a ragged key length, causal and kv_lens.
 SOFTMAX_SHAPES = ((4, 1000), (3, 70_000))
 ATTENTION_SHAPE = dict(b=2, h=3, m=100, n=173, d=64)
+#: The training families' inputs, in the order their kernels take them (rows of the softmax shapes).
+TRAINING = {"softmax_backward": ("y", "dy"), "log_softmax": ("x",), "log_softmax_backward": ("logp", "dy"),
+            "cross_entropy": ("logits", "target")}
 
 
 def _cases(spec: KernelSpec, dtype: torch.dtype) -> list[tuple[dict[str, torch.Tensor], dict]]:
     """CPU inputs and keyword arguments: each case is (tensors by argument name, kwargs)."""
     g = torch.Generator().manual_seed(20261123)
+    if spec.family in TRAINING:
+        out = []
+        for m, n in SOFTMAX_SHAPES:
+            if not spec.supports(dtype, n):
+                continue
+            x = 4 * torch.randn(m, n, generator=g)
+            made = {"x": x, "y": torch.softmax(x, -1), "logp": torch.log_softmax(x, -1), "logits": x,
+                    "dy": torch.randn(m, n, generator=g), "target": torch.randint(0, n, (m,), generator=g)}
+            tensors = {k: (made[k].to(dtype) if made[k].is_floating_point() else made[k]) for k in TRAINING[spec.family]}
+            out += [(tensors, kw) for kw in ([{}, {"reduction": "none"}] if spec.family == "cross_entropy" else [{}])]
+        return out
     if spec.family == "softmax":
         return [({"x": (4 * torch.randn(m, n, generator=g)).to(dtype)}, {})
                 for m, n in SOFTMAX_SHAPES if spec.supports(dtype, n)]
@@ -50,6 +64,8 @@ def _cases(spec: KernelSpec, dtype: torch.dtype) -> list[tuple[dict[str, torch.T
 
 
 def _call(spec: KernelSpec, tensors: dict[str, torch.Tensor], kwargs: dict) -> torch.Tensor:
+    if spec.family in TRAINING:
+        return spec.fn(*(tensors[n] for n in TRAINING[spec.family]), **kwargs)
     if spec.family == "softmax":
         return spec.fn(tensors["x"], **kwargs)
     t = dict(tensors)
@@ -90,7 +106,7 @@ def _check(spec: KernelSpec, dtype: torch.dtype, run: Callable[[dict, dict], tor
             ref = _call(spec, {k: t.cuda(0) for k, t in tensors.items()}, kwargs)
         got = run(tensors, kwargs)
         torch.cuda.synchronize()
-        shape = tuple(tensors.get("x", tensors.get("q")).shape)
+        shape = tuple(next(iter(tensors.values())).shape)
         _assert_same_bits(ref, got, f"{spec.name} {format_of(dtype).name} {shape} {kwargs or ''} {where}")
 
 

@@ -307,8 +307,9 @@ def _kernels(argv: Sequence[str]) -> int:
     from flashcheck.kernels.registry import PRODUCTION
     from flashcheck.plugin import describe_capabilities
 
+    name_w, family_w = (max(len(getattr(s, k)) for s in PRODUCTION) for k in ("name", "family"))
     for s in PRODUCTION:
-        print(f"{s.name:16s} {s.family:10s} {describe_capabilities(s)}")
+        print(f"{s.name:{name_w}s} {s.family:{family_w}s} {describe_capabilities(s)}")
     return 0
 
 
