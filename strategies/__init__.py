@@ -14,7 +14,12 @@ from .case import Case
 from .floats import Layout, exact_floats, layouts, materialize, representable
 from .softmax import CLASSES as SOFTMAX_CLASSES, row_lengths, softmax_cases
 
-_TABLES = {"softmax": SOFTMAX_CLASSES, "attention": ATTENTION_CLASSES}
+from .cross_entropy import CE_CLASSES, LOG_SOFTMAX_BACKWARD_CLASSES, SOFTMAX_BACKWARD_CLASSES  # noqa: E402
+
+# log_softmax draws the softmax table itself: a class registered for one is the other's too.
+_TABLES = {"softmax": SOFTMAX_CLASSES, "attention": ATTENTION_CLASSES, "softmax_backward": SOFTMAX_BACKWARD_CLASSES,
+           "log_softmax": SOFTMAX_CLASSES, "log_softmax_backward": LOG_SOFTMAX_BACKWARD_CLASSES,
+           "cross_entropy": CE_CLASSES}
 
 
 def register_class(family: str, name: str, factory: Callable[..., SearchStrategy[Case]], *,
@@ -23,7 +28,8 @@ def register_class(family: str, name: str, factory: Callable[..., SearchStrategy
 
     Every family's classes take the same first keyword, the dtype: softmax `factory(*, dtype, max_n,
     strided) -> SearchStrategy[Case]` whose cases hold `x` (M, N); attention `factory(*, dtype,
-    **limits)` like the built-in classes. A softmax factory written for the older `fmt=` keyword (a
+    **limits)` like the built-in classes; the training families' as theirs (strategies/cross_entropy.py:
+    "y"/"logp" and "dy"; "logits", "target" and the options as kwargs). A softmax factory written for the older `fmt=` keyword (a
     `Format`) is adapted.
     Register before pytest collects (in the kernel's module, or a conftest): the class then runs
     for every kernel of the family and appears in the report.
