@@ -196,15 +196,13 @@ CAPABILITIES: dict[str, Capability] = {k: Capability(*v) for k, v in {
                  "mantissa bits; the bound adds the derived tf32 terms, oracles.bounds.dot_input_error)"),
     "varlen_fn": ("varlen_fn", _callable,
                   "fn(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q, max_seqlen_k, ...)"),
-    "weight": ("weight", _bool, "cross_entropy: it takes weight= (class weights (V,))"),
-    "label_smoothing": ("label_smoothing", _bool, "cross_entropy: it takes label_smoothing="),
-    "z_loss": ("z_loss", _bool, "cross_entropy: it takes z_loss= (z lse^2 per row, PaLM)"),
-    "ignore_index": ("ignore_index", _bool,
-                     "cross_entropy: it takes ignore_index= (without it, targets of -100 are still ignored)"),
+    **{f: (f, _bool, f"cross_entropy: it takes {what}") for f, what in (
+        ("weight", "weight= (class weights (V,))"), ("label_smoothing", "label_smoothing="),
+        ("z_loss", "z_loss= (z lse^2 per row, PaLM)"),
+        ("ignore_index", "ignore_index= (without it, targets of -100 are still ignored)"),
+        ("inplace_backward", "inplace_backward=True (the gradient written into the logits' storage)"))},
     "reductions": ("reductions", _reductions, "cross_entropy: the reductions it takes as reduction= (mean, sum, none; "
                                              "without the keyword: mean)"),
-    "inplace_backward": ("inplace_backward", _bool,
-                         "cross_entropy: it takes inplace_backward=True (the gradient written into the logits' storage)"),
     "with_grad": ("with_grad", _callable, "cross_entropy: fn(logits, target, grad_output, **options) -> (loss, grad): "
                                           "its gradient when the loss it returns carries no grad_fn"),
     "block_v": ("block_v", _positive_int, "cross_entropy: its vocabulary chunk, the bound's blocking (default: the "
