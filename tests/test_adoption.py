@@ -147,7 +147,7 @@ def test_registered_kernel_takes_the_command_line_flags() -> None:
 
 @pytest.mark.parametrize("target", ["softmax_row", "attention"])
 def test_unknown_or_inapplicable_flag_is_an_error(target: str, kernels: Path) -> None:
-    with pytest.raises(KernelLoadError, match=r"unknown capability 'softcapp'; known: attn_mask, .*window"):
+    with pytest.raises(KernelLoadError, match=r"unknown capability 'softcapp'; known: arithmetic, attn_mask, .*window"):
         load_kernel(target, overrides={"softcapp": "1"})
     wrong = "head_dims" if target == "softmax_row" else "depth"
     with pytest.raises(KernelLoadError, match=f"capability '{wrong}' is for"):
