@@ -28,6 +28,7 @@ Kernel model (kernels/cross_entropy_kernels.py; u = 2^-24; logits exact in fp32;
   rescaled (autograd, grad_output != 1): the gradient for the unit scale is stored in fmt (its bound
   plus half an ulp for 16-bit), multiplied by grad_output in fp32 (u) and rounded again.
 Elements whose oracle value is not finite, ignored rows and rows of a NaN mean must match exactly: 0.
+Class weights are taken >= 0 (T's terms then never cancel); torch's class weights are.
 """
 from __future__ import annotations
 
