@@ -18,8 +18,9 @@ rounds once.
 Host work: the targets are checked (a target outside [0, V) that is not ignore_index is a ValueError
 naming the first such row) and the weights checked finite with one device-to-host copy of a few numbers
 per call (a sync). A row's loss is combined in fp64 in the kernel (fp32 everywhere else), the
-reductions are float64 sums of those, rounded once to the logits' dtype. The logits are read with
-their strides; the gradient is contiguous (or the logits).
+reductions are float64 sums of those, rounded once to the logits' dtype. The logits and targets are
+read with their strides (no copies); the weights are copied to fp32 (V values, exactly); the gradient
+is contiguous (or the logits).
 """
 from __future__ import annotations
 
