@@ -16,10 +16,11 @@ inputs, not its output). In 16-bit the autograd gradient is rounded twice when g
 rounds once.
 
 Host work: the targets are checked (a target outside [0, V) that is not ignore_index is a ValueError
-naming the first such row) and the weights checked finite with one device-to-host copy of two numbers
+naming the first such row) and the weights checked finite with one device-to-host copy of a few numbers
 per call (a sync). A row's loss is combined in fp64 in the kernel (fp32 everywhere else), the
-reductions are float64 sums of those, rounded once to the logits' dtype. The logits are read with
-their strides; the gradient is contiguous (or the logits).
+reductions are float64 sums of those, rounded once to the logits' dtype. The logits and targets are
+read with their strides (no copies); the weights are copied to fp32 (V values, exactly); the gradient
+is contiguous (or the logits).
 """
 from __future__ import annotations
 
@@ -29,17 +30,19 @@ from dataclasses import dataclass
 import torch
 from torch.autograd.function import once_differentiable
 
-from ._common import INTERPRET, LOG2E, bf16_as_bits, by16, check_device, check_float, check_knob, check_tensor, \
-    has_internal_overlap, kernel_view, triton
+from ._common import (
+    INTERPRET, LOG2E, bf16_as_bits, by16, check_float, check_knob, check_tensor, has_internal_overlap, kernel_view,
+    triton,
+)
 from ._runtime import cdiv, launch, on_input_device
 from .cross_entropy_kernels import _ce_kernel, _ce_scale_kernel
+from .softmax import UNFUSED  # every rounding the bounds count is the source's
 
 REDUCTIONS = ("none", "mean", "sum")
 # Chunk of the vocabulary a program walks (a power of two): on the GPU a 128K vocabulary is 32 chunks
 # of 4096 per walk; under the interpreter 128, so CPU-sized rows of a few hundred take several chunks.
 BLOCK_V = 128 if INTERPRET else 4096
 SCALE_BLOCK = 128 if INTERPRET else 4096
-UNFUSED = {"enable_fp_fusion": False}  # every rounding the bounds count is the source's (softmax.UNFUSED)
 
 
 @dataclass(frozen=True)
@@ -110,19 +113,21 @@ def _check_inputs(logits, target, weight, opts: _Options) -> None:
 
 
 def _host_checks(target, weight, opts: _Options, v: int) -> None:
-    """Targets in [0, V) or ignore_index, weights finite: one copy of two numbers to the host."""
-    if target.numel() == 0:
-        return
-    bad = (target != opts.ignore_index) & ((target < 0) | (target >= v))
-    flags = [bad.any(), bad.to(torch.int8).argmax()]
+    """Targets in [0, V) or ignore_index, weights finite: one copy of a few numbers to the host."""
+    flags = []
+    if target.numel():
+        bad = (target != opts.ignore_index) & ((target < 0) | (target >= v))
+        flags += [bad.any(), bad.to(torch.int8).argmax()]
     if weight is not None:
         flags.append(~torch.isfinite(weight).all())
+    if not flags:
+        return
     got = torch.stack([f.to(torch.int64) for f in flags]).tolist()
-    if got[0]:
+    if target.numel() and got[0]:
         i = got[1]
         raise ValueError(f"target {int(target[i])} of row {i} is outside [0, {v}) and is not ignore_index "
                          f"({opts.ignore_index})")
-    if weight is not None and got[2]:
+    if weight is not None and got[-1]:
         raise ValueError("weight holds a NaN or an infinity")
 
 

@@ -34,6 +34,7 @@ Kernel model (kernels/cross_entropy_kernels.py; u = 2^-24; logits exact in fp32;
   reduction's, 6u c more on each capped logit and 7u absolute on each chain factor. (At |m| ~ 1e30 the
   first-order |p^ - p| passes 1, which p^ and p, both in [0, 1], never do: it is capped at 1.)
 Elements whose oracle value is not finite, ignored rows and rows of a NaN mean must match exactly: 0.
+Class weights are taken >= 0 (T's terms then never cancel); torch's class weights are.
 """
 from __future__ import annotations
 
