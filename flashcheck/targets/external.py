@@ -130,6 +130,17 @@ def _callable(v: Any) -> Callable:
     return v
 
 
+def _blocks(v: Any) -> Callable:
+    """A (block_m, block_n) pair, or a callable giving one per call, as a callable."""
+    if callable(v):
+        return v
+    items = v.split(",") if isinstance(v, str) else list(v)
+    if len(items) != 2:
+        raise ValueError(f"{v!r} is not (block_m, block_n)")
+    pair = tuple(_positive_int(int(i)) for i in items)
+    return lambda head_dim, m, n, dtype, options: tuple(pair)
+
+
 class Capability(NamedTuple):
     """A key of an author's `flashcheck` dict: the spec field it sets (`extra.KEY`: kept in the spec's
     extra), how its value is read, and what it means. Which families take it is not listed: those
@@ -183,6 +194,14 @@ CAPABILITIES: dict[str, Capability] = {k: Capability(*v) for k, v in {
                  "mantissa bits; the bound adds the derived tf32 terms, oracles.bounds.dot_input_error)"),
     "varlen_fn": ("varlen_fn", _callable,
                   "fn(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q, max_seqlen_k, ...)"),
+    "autograd": ("autograd", _bool, "its output carries autograd: the backward is checked through it "
+                                    "(default: found out on the first call)"),
+    "backward_fn": ("backward_fn", _callable, "fn(q, k, v, o, lse, do, **options) -> (dq, dk, dv): a plain "
+                                              "backward, checked when the output carries no autograd"),
+    "deterministic_backward": ("deterministic_backward", _bool, "bit-identical dq, dk, dv run to run (checked)"),
+    "backward_blocks": ("backward_blocking", _blocks, "(block_m, block_n) of its backward, or a callable "
+                                                      "(head_dim, m, n, dtype, options) -> (block_m, block_n): "
+                                                      "the backward bound's blocking (default: the worst case)"),
 }.items()}
 
 
