@@ -135,6 +135,6 @@ def test_a_plain_backward_fn_is_checked_with_the_forwards_o_and_lse() -> None:
 
     spec = KernelSpec(name="plain", family="attention", fn=fwd, backward_fn=bwd)
     case = _case()
-    grads, how = run_backward(spec, *(case.tensors[n] for n in ("q", "k", "v", "do")), {})
+    grads, how = run_backward(spec, case)
     assert how == "backward_fn" and seen["o"].shape == (1, 2, 5, 4) and len(grads) == 3
     check(spec, "backward_matches_oracle", case, save=False)
