@@ -30,8 +30,8 @@ from flashcheck.oracles.formats import FP16, FP32, to_float64
 
 from .attention import case_inputs, is_varlen, varlen_sequences
 from .attention_backward_build import (
-    DO_LAYOUTS, backward_limits, cheap, dims, do_shape, do_values, fold, grads64, kv_lens, options, peaked_qk,
-    plain_parts, setup as _setup, visible, with_do,
+    ABOUT_ONE, DO_LAYOUTS, backward_limits, cheap, dims, do_shape, do_values, fold, grads64, kv_lens, options,
+    peaked_qk, plain_parts, setup as _setup, visible, with_do,
 )
 from .attention_backward_options import (
     BIG_KINDS, BOOL_MASK_SHAPES, INT32_LIMIT, MASKED_KINDS, SOFTCAP_KINDS, backward_big_offsets, backward_gqa_groups,
@@ -99,7 +99,7 @@ def backward_confident(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None
                      ties=1, window=CONFIDENT[kind], front=causal)
     parts = _Parts(q, k, _normal(rng, (b, h, n, _value_dim(draw, caps, d, lim))), causal=causal, options=opts)
     return with_do(draw, _finish(draw, parts, fmt, f"confident/{kind}", strided=strided), fmt, strided=strided,
-                   loc=1.0)
+                   **ABOUT_ONE)
 
 
 TIE_KINDS = ("pair", "many", "constant")
@@ -156,8 +156,9 @@ LARGE_KINDS = ("moderate", "near_max", "past_fp16")
 @composite
 def backward_large_do(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None,
                       strided: bool = True, caps: Caps | None = None) -> Case:
-    """|dO| scaled by a power of two (exact) as far as the gradients and every intermediate (dP, D,
-    dS, float64 estimates) stay below max/8 of the format: 2^13 at most ("moderate"), as far as
+    """|dO| scaled by a power of two (exact) as far as the gradients and every intermediate (dP of
+    every pair, masked ones too, since a kernel computes a whole block's; D, dS; float64 estimates)
+    stay below max/8 of the format: 2^13 at most ("moderate"), as far as
     that goes ("near_max"), or where |dS| passes fp16's 65504 (bf16, fp32: a dS cast to fp16
     whatever the input, Triton tutorial 06, overflows; fp16 draws near_max)."""
     caps, fmt, lim = _setup(dtype, caps, max_m, max_n, max_head_dim, max_bh, shapes)
@@ -165,7 +166,7 @@ def backward_large_do(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None,
     kind = "near_max" if kind == "past_fp16" and fmt == FP16 else kind
     rng = np.random.default_rng(draw(_seed()))
     parts = plain_parts(draw, rng, lim, caps)
-    do = representable(draw(do_values((*parts.q.shape[:3], parts.v.shape[-1]), loc=1.0)), fmt)
+    do = representable(draw(do_values((*parts.q.shape[:3], parts.v.shape[-1]), **ABOUT_ONE)), fmt)
     ref = _ref(parts, do, fmt)
     size = max([float(np.abs(do).max(initial=0.0))] + [float(np.abs(ref[x]).max(initial=0.0))
                                                         for x in ("dp", "D", "ds", "dq", "dk", "dv")])
@@ -192,7 +193,7 @@ def backward_do_zeros(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None,
     kind = draw(st.sampled_from(DO_ZERO_KINDS))
     rng = np.random.default_rng(draw(_seed()))
     parts = plain_parts(draw, rng, lim, caps)
-    do = representable(draw(do_values((*parts.q.shape[:3], parts.v.shape[-1]), loc=1.0)), fmt)
+    do = representable(draw(do_values((*parts.q.shape[:3], parts.v.shape[-1]), **ABOUT_ONE)), fmt)
     neg = draw(st.booleans())
     zero = -0.0 if neg else 0.0
     # which rows, columns, entries: from the seed, so that every mode makes the same draws and the
@@ -201,7 +202,9 @@ def backward_do_zeros(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None,
     if kind == "rows":
         do[:, :, pick(do.shape[2]), :] = zero
     elif kind == "scattered":
-        do[rng.random(do.shape) < 0.5] = zero
+        hit = rng.random(do.shape) < 0.5
+        hit.flat[rng.integers(hit.size)] = True  # one zero at least, even in a single element
+        do[hit] = zero
     elif kind == "at_peak":
         peak = np.argmax(np.abs(_ref(parts, do, fmt)["o"]), axis=-1)
         np.put_along_axis(do, peak[..., None], zero, axis=-1)
@@ -226,9 +229,9 @@ DP_CAPS = {"exact": dict(m=24, n=24, d=16), "fp32": dict(m=16, n=16, d=16)}
 @composite
 def backward_dp_near_d(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None,
                        strided: bool = True, caps: Caps | None = None) -> Case:
-    """dP_ij close to D_i for every key, so dP - D cancels in every dS: values v_j = c (1 + 2^-s
-    noise) about one row c, with dO about 1 or nearly parallel to the row's o (dO_i = a o_i
-    (1 + 2^-8 noise)); or exactly ("exact": v varies only in columns where dO is 0, so dP_ij = D_i
+    """dP_ij close to D_i for every key, so dP - D cancels in every dS (to ~2^-s of dP's terms
+    sum_d |dO_id v_jd|): values v_j = c (1 + 2^-s noise) about one row c, with dO about 1 or nearly
+    parallel to the row's o (dO_i = a o_i (1 + 2^-8 noise)); or exactly ("exact": v varies only in columns where dO is 0, so dP_ij = D_i
     and dS = dq = dk = 0 exactly, which the oracle reaches on its exact path: M, N <= 24, D <= 16)."""
     caps, fmt, lim = _setup(dtype, caps, max_m, max_n, max_head_dim, max_bh, shapes)
     kind = draw(st.sampled_from(DP_KINDS))
@@ -236,7 +239,7 @@ def backward_dp_near_d(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None
     parts = plain_parts(draw, rng, lim, caps, fold_to=DP_CAPS.get(kind, DP_CAPS["fp32"] if fmt == FP32 else None))
     b, h, n, dv = parts.v.shape
     c = _normal(rng, (b, h, 1, dv))
-    do = representable(draw(do_values((*parts.q.shape[:3], dv), loc=1.0)), fmt)
+    do = representable(draw(do_values((*parts.q.shape[:3], dv), **ABOUT_ONE)), fmt)
     spread = min(draw(st.sampled_from(SPREADS)), fmt.precision - 2)  # drawn in every mode (shrinking)
     if kind == "exact":
         cols = np.flatnonzero(rng.random(dv) < 0.5)[:dv - 1]  # never all: dO keeps a nonzero column

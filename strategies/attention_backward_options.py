@@ -4,6 +4,8 @@ windows, softcap, varlen) and the GPU-only `big_offsets`. Re-exported by
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 from hypothesis import strategies as st
@@ -190,13 +192,13 @@ def backward_softcap_saturated(draw, *, dtype, max_m=None, max_n=None, max_head_
     else:
         q = 0.5 * np.abs(_normal(rng, (b, h, m, d))) + 4.0
         k = (0.5 * np.abs(_normal(rng, (b, h, n, d))) + 4.0) * np.where(rng.random((b, h, n, 1)) < 0.5, -1.0, 1.0)
-    k = representable(k, fmt)
     seen = np.broadcast_to(visible(b, m, n, lens, causal, align), (b, h, m, n))
     raw = np.abs(np.einsum("bhmd,bhnd->bhmn", q, k))[seen]
     if raw.size and raw.max() > 0:
-        sc = effective_scale(None, d)
-        f = target * cap / (sc * (raw.max() if kind == "mixed" else raw.min()))
-        q = q * min(f, fmt.max_finite / 4.0 / max(float(np.abs(q).max()), 1e-30))
+        f = target * cap / (effective_scale(None, d) * (raw.max() if kind == "mixed" else raw.min()))
+        # q and k each grow by sqrt(f): q alone passed fp16's max where a row's keys were all small
+        room = fmt.max_finite / 4.0 / max(float(np.abs(q).max()), float(np.abs(k).max()), 1e-30)
+        q, k = (x * min(math.sqrt(f), room) for x in (q, k))
     parts = _Parts(q, k, _normal(rng, (b, h, n, _value_dim(draw, caps, d, lim))), causal=causal, kv_lens=lens,
                    options={"softcap": cap, **opts})
     return with_do(draw, _finish(draw, parts, fmt, f"softcap_saturated/{kind}", strided=strided), fmt,
