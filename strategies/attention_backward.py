@@ -231,8 +231,9 @@ def backward_dp_near_d(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None
                        strided: bool = True, caps: Caps | None = None) -> Case:
     """dP_ij close to D_i for every key, so dP - D cancels in every dS (to ~2^-s of dP's terms
     sum_d |dO_id v_jd|): values v_j = c (1 + 2^-s noise) about one row c, with dO about 1 or nearly
-    parallel to the row's o (dO_i = a o_i (1 + 2^-8 noise)); or exactly ("exact": v varies only in columns where dO is 0, so dP_ij = D_i
-    and dS = dq = dk = 0 exactly, which the oracle reaches on its exact path: M, N <= 24, D <= 16)."""
+    parallel to the row's o (dO_i = a o_i (1 + 2^-8 noise)); or exactly ("exact": v varies only in
+    columns where dO is 0, so dP_ij = D_i and dS = dq = dk = 0 exactly, which the oracle reaches on
+    its exact path: M, N <= 24, D <= 16)."""
     caps, fmt, lim = _setup(dtype, caps, max_m, max_n, max_head_dim, max_bh, shapes)
     kind = draw(st.sampled_from(DP_KINDS))
     rng = np.random.default_rng(draw(_seed()))
@@ -260,8 +261,8 @@ def backward_dp_near_d(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None
 def backward_strided_do(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None,
                         strided: bool = True, caps: Caps | None = None) -> Case:
     """Contiguous q, k, v and a non-contiguous dO, laid out as an output is handed back (BSHD, a
-    padded slice, a stepped head dim, a transposed (M, Dv)) at an offset not 16-byte aligned, Dv != D
-    where declared: a kernel reading dO (or the O it pairs it with for D) with q's strides or
+    padded slice, a stepped head dim, a transposed (M, Dv)) at an offset of 0-5 elements (mostly not
+    16-byte aligned), Dv != D where declared: a kernel reading dO (or the O it pairs it with for D) with q's strides or
     head dim is wrong. `strided` is ignored: the layout is the point."""
     caps, fmt, lim = _setup(dtype, caps, max_m, max_n, max_head_dim, max_bh, shapes)
     two = lim.max_bh >= 2  # BSHD with one head would be contiguous

@@ -38,16 +38,19 @@ VARLEN_DO_LAYOUTS = ("bshd", "padded", "dstep")  # a packed (total_q, Hq, Dv) te
 # leaves about 1e-5 of them to the exact path, and one undecided dk element evaluates every row of
 # its key/value head in ball arithmetic (about M N exps at 64+ bits: 0.4 s at 64 x 64, against 3 ms
 # for the fast path). So fp32 draws smaller heads, and classes that put cancellation everywhere (dS
-# exactly or nearly 0) cap their sizes further (`cheap`). On a GPU the oracle still runs on the CPU:
-# the forward's larger GPU limits (M 192, N 512, D 256) are out of reach, and the caps are the CPU's
-# apart from a longer query side (several 64-row tiles).
+# exactly or nearly 0) cap their sizes further (`cheap`, `fold`). On a GPU the oracle still runs on
+# the CPU: the forward's GPU limits (M 192, N 512, D 256) are out of its reach; M <= 160 still puts
+# several query tiles in a launch, N <= 128 two 64-key blocks (a dk/dv kernel's loop), and D <= 128
+# covers the head dims most kernels compile (0.8 s a case at most, measured on CPU draws).
 
 def backward_limits(dtype) -> Limits:
     """The default limits of every class for `dtype` (a caller's explicit limits replace them)."""
     fp32 = _fmt(dtype) == FP32
     if INTERPRET:
-        return Limits(max_bh=2, max_m=32 if fp32 else 64, max_n=32 if fp32 else 64, max_head_dim=32 if fp32 else 64)
-    return Limits(max_bh=2, max_m=48 if fp32 else 160, max_n=32 if fp32 else 128, max_head_dim=64 if fp32 else 128)
+        return Limits(max_bh=2, max_m=32 if fp32 else 64, max_n=32 if fp32 else 64,
+                      max_head_dim=32 if fp32 else 64)
+    return Limits(max_bh=2, max_m=48 if fp32 else 160, max_n=32 if fp32 else 128,
+                  max_head_dim=64 if fp32 else 128)
 
 
 def blim(dtype, max_m=None, max_n=None, max_head_dim=None, max_bh=None, shapes=None) -> Limits:
