@@ -9,7 +9,7 @@ forward's feature classes themselves with dO added (windows, varlen). `backward_
 into the calls of `oracles.attention_backward.attention_backward_oracle` it stands for.
 
 `BACKWARD_CLASS_RECORDS` / `BACKWARD_CLASSES` in the house style (records.py): `needs` are the
-attention features (kernels.registry.ATTENTION_FEATURES) a class cannot do without, as the
+attention features (kernels.attention_spec.ATTENTION_FEATURES) a class cannot do without, as the
 forward's `CLASS_FEATURES`; every class takes the kernel's `caps` and draws causal, kv_lens and
 Dv != D only where they are declared. Mode lists shrink to their first, simplest entry; dO values
 shrink to a constant (`floats.backgrounds`). Sizes stay where the CPU oracle takes well under a

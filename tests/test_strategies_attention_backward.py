@@ -57,7 +57,7 @@ def _values(case, name: str) -> np.ndarray:
 
 
 def used_features(case) -> set[str]:
-    """The attention features (kernels.registry.ATTENTION_FEATURES) a case uses."""
+    """The attention features (kernels.attention_spec.ATTENTION_FEATURES) a case uses."""
     q, k, v, kw = case.tensors["q"], case.tensors["k"], case.tensors["v"], case.kwargs
     used = {f for f, on in (("gqa", q.shape[1] != k.shape[1]), ("dv", v.shape[-1] != q.shape[-1]),
                             ("varlen", is_varlen(case)), ("kv_lens", "kv_lens" in case.tensors),
