@@ -368,3 +368,10 @@ def test_vocabulary_of_4096() -> None:
     assert rounds_within(cross_entropy_oracle(x, t, BF16, label_smoothing=0.1), loss, BF16, rel=2.0**-40)
     assert rounds_within(cross_entropy_grad_oracle(x, t, BF16, label_smoothing=0.1), grad, BF16,
                          rel=2.0**-40, abs_=2.0**-50)
+
+
+def test_a_target_alone_among_neg_inf_logits_has_loss_zero() -> None:
+    # Fraction(-inf) was taken of every entry, the target's alone matters without smoothing
+    x, t = torch.tensor([[0.0, -math.inf], [-math.inf, 3.0]]), torch.tensor([0, 1])
+    assert cross_entropy_oracle(x, t, "fp32", reduction="none").tolist() == [0.0, 0.0]
+    assert cross_entropy_oracle(x, t, "bf16", reduction="mean") == 0.0
