@@ -28,8 +28,8 @@ import torch
 from mpmath import libmp
 
 from .ball import ONE, ZERO, Ball
-from .formats import Format, format_of, round_float64
-from .rounding import round_certified, round_mpf
+from .formats import Format, format_of, round_float64, ulp_of
+from .rounding import UndecidedRounding, round_certified, round_fraction, round_mpf
 
 __all__ = ["log_softmax_oracle", "softmax_backward_oracle", "log_softmax_backward_oracle"]
 
@@ -243,9 +243,31 @@ def log_softmax_oracle(x: np.ndarray | torch.Tensor, fmt: FormatLike) -> np.ndar
             elif row.tie and row.k == 1:
                 out[i, j] = 0.0  # x_j = lse exactly
             else:
-                out[i, j] = round_certified(lambda prec, j=j: row.log_softmax(j, prec).pair(), fmt,
-                                            start_prec=row.prec0)
+                try:
+                    out[i, j] = round_certified(lambda prec, j=j: row.log_softmax(j, prec).pair(), fmt,
+                                                start_prec=row.prec0)
+                except UndecidedRounding:
+                    out[i, j] = _below_midpoint(row, j, fmt)
     return out.reshape(shape)
+
+
+def _below_midpoint(row: _LseRow, j: int, fmt: Format) -> float:
+    """log p_j = d_j - L when Ziv's loop cannot decide it: d_j = x_j - x_m exactly a midpoint of
+    `fmt` and L = log1p(T) > 0 below every precision tried (the other terms underflow past
+    exp(-1e16)). Then d_j - L lies strictly below the midpoint, within delta (far less than an ulp)
+    of it, so it rounds to the lower neighbour; anything else undecided is re-raised."""
+    undecided = UndecidedRounding(f"log_softmax entry {j}: rounding to {fmt.name} not decided")
+    if row.c is not None or row.tie:
+        raise undecided
+    d = Fraction(float(row.x[j])) - Fraction(row.m)
+    delta = Fraction(ulp_of(abs(float(d)), fmt) if d else fmt.min_subnormal) / 2**20
+    below, above = round_fraction(d - delta, fmt), round_fraction(d + delta, fmt)
+    L = row.balls(256)["L"]
+    positive = libmp.mpf_gt(L.lower(), libmp.fzero)
+    small = libmp.mpf_lt(L.upper(), libmp.from_rational(delta.numerator, delta.denominator, 64, libmp.round_down))
+    if below == above or (Fraction(below) + Fraction(above)) / 2 != d or not (positive and small):
+        raise undecided
+    return below
 
 
 def _pair_rows(a, b, what: str) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
