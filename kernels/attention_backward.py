@@ -72,6 +72,7 @@ def _launch(q4, k4, v4, o4, lse3, do4, dq4, dk4, dv4, *, batch: int, m_max: int,
     else:
         mk, mstride = kernel_view(q4), (0, 0, 0, 0)
     delta = torch.empty(lse3.shape, dtype=torch.float32, device=q4.device)
+    ref = torch.empty(lse3.shape, dtype=torch.float32, device=q4.device)  # the exponent reference per row
     sdb, sdh = delta.stride()[:2]
     bd = cfg.block_d
     bf16 = bf16_as_bits(q4.dtype)
@@ -84,16 +85,16 @@ def _launch(q4, k4, v4, o4, lse3, do4, dq4, dk4, dv4, *, batch: int, m_max: int,
                  IS_FP32=q4.dtype == torch.float32, EVEN_D=bd == D, EVEN_DV=bd == Dv, LEFT_EDGE=left >= 0,
                  RIGHT_EDGE=right >= 0, ROW_GUARD=row_guard,
                  EDGE_STAGES=None if q4.dtype == torch.float32 else 1)  # kernels/attention.py's edge loops
-    common = (*mstride, *lse3.stride(), sdb, sdh)
+    common = (*mstride, sdb, sdh)
     sizes = (group, m_max, n_max, D, Dv, qk_scale, cap_in, cap_out, sc,
              left if left >= 0 else no_edge, right if right >= 0 else no_edge, int(bottom), int(kv_lens is not None))
-    ptr_tail = (lse3, delta, kvl, cq, ck, mk)
+    ptr_tail = (ref, delta, kvl, cq, ck, mk)
     qkv = (kernel_view(q4), kernel_view(k4), kernel_view(v4), kernel_view(do4))
 
     lead, mul = _lead_strides(o4.stride(), do4.stride())
     launch(_attn_bwd_delta_kernel, (cdiv(m_max, cfg.delta_rows), batch * Hq),
-           (kernel_view(o4), kernel_view(do4), delta, cq, *lead, sdb, sdh, Hq, m_max, Dv),
-           dict(BLOCK_M=cfg.delta_rows, BLOCK_DV=bd, STRIDE_MUL=mul, VARLEN=varlen, BF16_BITS=bf16,
+           (kernel_view(o4), kernel_view(do4), lse3, delta, ref, cq, *lead, *lse3.stride(), sdb, sdh, Hq, m_max, Dv),
+           dict(BLOCK_M=cfg.delta_rows, BLOCK_DV=bd, STRIDE_MUL=mul, VARLEN=varlen, NATURAL=mask_kind == 2, BF16_BITS=bf16,
                 WIDE=_wide(max(cfg.delta_rows, bd), o4.stride(), do4.stride()), num_warps=4, num_stages=1))
 
     def run(fn, grid, ptrs, strides4, tail, meta, warps, stages_default, name):

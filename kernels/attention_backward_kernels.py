@@ -132,11 +132,16 @@ def _visible(rows, cols, lo_off, hi_off, n_valid, mvals, KEY_TAIL: tl.constexpr,
     return vis
 
 
-@triton.jit(do_not_specialize=["sob", "soh", "som", "sgb", "sgh", "sgm", "sdb", "sdh", "HQ", "M", "DV"],
+@triton.jit(do_not_specialize=["sob", "soh", "som", "sgb", "sgh", "sgm", "slb", "slh", "slm", "sdb", "sdh", "HQ", "M",
+                               "DV"],
             do_not_specialize_on_alignment=["sod", "sgd"])
-def _attn_bwd_delta_kernel(o_ptr, do_ptr, delta_ptr, cuq_ptr, sob, soh, som, sod, sgb, sgh, sgm, sgd, sdb, sdh,
-                           HQ, M, DV, BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr, STRIDE_MUL: tl.constexpr,
-                           VARLEN: tl.constexpr, BF16_BITS: tl.constexpr, WIDE: tl.constexpr):
+def _attn_bwd_delta_kernel(o_ptr, do_ptr, lse_ptr, delta_ptr, ref_ptr, cuq_ptr, sob, soh, som, sod, sgb, sgh, sgm, sgd,
+                           slb, slh, slm, sdb, sdh, HQ, M, DV, BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr,
+                           STRIDE_MUL: tl.constexpr, VARLEN: tl.constexpr, NATURAL: tl.constexpr,
+                           BF16_BITS: tl.constexpr, WIDE: tl.constexpr):
+    """Per query row: D = rowsum(dO * O) and the exponent reference (`_lse_ref`), both into
+    contiguous fp32 rows, so the main kernels' per-row loads are unit-stride (a strided lse cost
+    the dK/dV kernel a 64-bit address per row and pipeline stage)."""
     sob, soh, som = sob * STRIDE_MUL, soh * STRIDE_MUL, som * STRIDE_MUL
     sgb, sgh, sgm = sgb * STRIDE_MUL, sgh * STRIDE_MUL, sgm * STRIDE_MUL
     pid_bh = tl.program_id(1)
@@ -162,28 +167,32 @@ def _attn_bwd_delta_kernel(o_ptr, do_ptr, delta_ptr, cuq_ptr, sob, soh, som, sod
                       BF16_BITS)
     do = load_f32_zero(do_ptr + (b * sgb + h * sgh + row0 * sgm) + (rm[:, None] * sgm + rd[None, :] * sgd), mask,
                        BF16_BITS)
-    tl.store(delta_ptr + b * sdb + h * sdh + row0 + rm, tl.sum(o * do, 1), mask=(start_m + rm) < m_len)
+    row_ok = (start_m + rm) < m_len
+    lse = tl.load(lse_ptr + (b * slb + h * slh + row0 * slm) + rm * slm, mask=row_ok, other=float("-inf"))
+    tl.store(delta_ptr + b * sdb + h * sdh + row0 + rm, tl.sum(o * do, 1), mask=row_ok)
+    tl.store(ref_ptr + b * sdb + h * sdh + row0 + rm, _lse_ref(lse, NATURAL), mask=row_ok)
 
 
 @triton.jit
-def _dkdv_block(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, mask_ptrs, start_m, sqm, sgm, slm, smm,
+def _dkdv_block(dk, dv, k, v, q_ptrs, do_ptrs, ref_ptrs, delta_ptrs, mask_ptrs, start_m, sqm, sgm, smm,
                 offs_m, cols, m_len, n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out,
                 EDGE: tl.constexpr, TAIL: tl.constexpr, ROW_GUARD: tl.constexpr, SOFTCAP: tl.constexpr,
                 MASK_KIND: tl.constexpr, MASK_BF16_BITS: tl.constexpr, EVEN_D: tl.constexpr,
                 EVEN_DV: tl.constexpr, BF16_BITS: tl.constexpr, IS_FP32: tl.constexpr):
     """One query block against the program's key block, in key-major tiles (BLOCK_N, BLOCK_M).
     TAIL: the block may hold rows past m_len (loads masked); EDGE: some (row, key) pair may be
-    hidden (scores masked) and, with ROW_GUARD, some row may see no key (its q, dO, D load as 0)."""
+    hidden (scores masked) and, with ROW_GUARD, some row may see no key (its q, dO, D load as 0).
+    ref: the exponent reference per row (`_lse_ref`, written by the delta kernel)."""
     rows = start_m + offs_m
     sm = tl.cast(start_m, tl.int64)
     row_ok = rows < m_len
     if TAIL:
-        lse = tl.load(lse_ptrs + sm * slm, mask=row_ok, other=-float("inf"))
+        ref = tl.load(ref_ptrs + sm, mask=row_ok, other=float("inf"))
     else:
-        lse = tl.load(lse_ptrs + sm * slm)
+        ref = tl.load(ref_ptrs + sm)
     live = row_ok
     if EDGE and ROW_GUARD:
-        live = row_ok & (lse != float("-inf"))
+        live = row_ok & (ref != _INF)
     ROWS_MASKED: tl.constexpr = TAIL or (EDGE and ROW_GUARD)
     if EVEN_D:
         qmask = live[None, :]
@@ -204,7 +213,7 @@ def _dkdv_block(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, mask_ptrs, 
         mvals = _mask_values(mask_ptrs + sm * smm, row_ok[None, :] & (cols < n_valid)[:, None], MASK_KIND,
                              MASK_BF16_BITS)
     st = _dot(k, qt, None, IS_FP32)
-    pt, f = _weights(st, _lse_ref(lse, MASK_KIND == 2)[None, :], mvals, qk_scale, cap_in, cap_out, SOFTCAP,
+    pt, f = _weights(st, ref[None, :], mvals, qk_scale, cap_in, cap_out, SOFTCAP,
                      MASK_KIND)
     if EDGE:
         vis = _visible(rows[None, :], cols[:, None], lo_off, hi_off, n_valid, mvals, False, MASK_KIND)
@@ -223,7 +232,7 @@ def _dkdv_block(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, mask_ptrs, 
 
 
 _STRIDES = ["sqb", "sqh", "sqm", "skb", "skh", "skn", "svb", "svh", "svn", "sgb", "sgh", "sgm", "sab", "sah", "san",
-            "scb", "sch", "scn", "smb", "smh", "smm", "slb", "slh", "slm", "sdb", "sdh"]
+            "scb", "sch", "scn", "smb", "smh", "smm", "sdb", "sdh"]
 _SIZES = ["HEADS", "GROUP", "M", "N", "D", "DV", "LEFT", "RIGHT", "BOTTOM_RIGHT", "HAS_KVLEN", "REVERSE"]
 _HEAD_DIM = ["sqd", "skd", "svd", "sgd", "sad", "scd", "smn"]
 
@@ -233,9 +242,9 @@ _HEAD_DIM = ["sqd", "skd", "svd", "sgd", "sad", "scd", "smn"]
 # dk, dv (sa*, sc*) share the key layout of the outputs the launcher allocates.
 @triton.jit(do_not_specialize=_STRIDES + _SIZES, do_not_specialize_on_alignment=_HEAD_DIM)
 def _attn_bwd_dkdv_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, dk_ptr, dv_ptr, lse_ptr, delta_ptr, kvlen_ptr, cuq_ptr, cuk_ptr, mask_ptr,
+    q_ptr, k_ptr, v_ptr, do_ptr, dk_ptr, dv_ptr, ref_ptr, delta_ptr, kvlen_ptr, cuq_ptr, cuk_ptr, mask_ptr,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sgb, sgh, sgm, sgd, sab, sah, san, sad,
-    scb, sch, scn, scd, smb, smh, smm, smn, slb, slh, slm, sdb, sdh,
+    scb, sch, scn, scd, smb, smh, smm, smn, sdb, sdh,
     HEADS, GROUP, M, N, D, DV, qk_scale, cap_in, cap_out, sc, LEFT, RIGHT, BOTTOM_RIGHT, HAS_KVLEN, REVERSE,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     STRIDE_MUL: tl.constexpr, VARLEN: tl.constexpr, SOFTCAP: tl.constexpr, MASK_KIND: tl.constexpr,
@@ -269,10 +278,16 @@ def _attn_bwd_dkdv_kernel(
     if WIDE:  # in-tile offsets past int32 (decided by the launcher); the bases are int64 always
         rn, rm, rd, rdv = rn.to(tl.int64), rm.to(tl.int64), rd.to(tl.int64), rdv.to(tl.int64)
     kv_row = k0 + start_n
-    k = _load_tile(k_ptr + (b * skb + hkv * skh + kv_row * skn) + (rn[:, None] * skn + rd[None, :] * skd),
-                   key_ok[:, None] & d_mask[None, :], True, BF16_BITS)
-    v = _load_tile(v_ptr + (b * svb + hkv * svh + kv_row * svn) + (rn[:, None] * svn + rdv[None, :] * svd),
-                   key_ok[:, None] & dv_mask[None, :], True, BF16_BITS)
+    kmask = key_ok[:, None]
+    vmask = key_ok[:, None]
+    if not EVEN_D:  # a runtime head-dim mask costs the loads their vector width
+        kmask = kmask & d_mask[None, :]
+    if not EVEN_DV:
+        vmask = vmask & dv_mask[None, :]
+    k = _load_tile(k_ptr + (b * skb + hkv * skh + kv_row * skn) + (rn[:, None] * skn + rd[None, :] * skd), kmask,
+                   True, BF16_BITS)
+    v = _load_tile(v_ptr + (b * svb + hkv * svh + kv_row * svn) + (rn[:, None] * svn + rdv[None, :] * svd), vmask,
+                   True, BF16_BITS)
     dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
     dv = tl.zeros((BLOCK_N, BLOCK_DV), tl.float32)
 
@@ -295,7 +310,7 @@ def _attn_bwd_dkdv_kernel(
         h = hkv * GROUP + g
         q_ptrs = q_ptr + (b * sqb + h * sqh + q0 * sqm) + (rm[None, :] * sqm + rd[:, None] * sqd)
         do_ptrs = do_ptr + (b * sgb + h * sgh + q0 * sgm) + (rm[:, None] * sgm + rdv[None, :] * sgd)
-        lse_ptrs = lse_ptr + (b * slb + h * slh + q0 * slm) + rm * slm
+        ref_ptrs = ref_ptr + (b * sdb + h * sdh + q0) + rm
         delta_ptrs = delta_ptr + (b * sdb + h * sdh + q0) + rm
         mask_ptrs = mask_ptr
         if MASK_KIND != 0:
@@ -303,25 +318,25 @@ def _attn_bwd_dkdv_kernel(
         if RIGHT_EDGE:
             for start_m in tl.range(lo_rb, e1, BLOCK_M, num_stages=EDGE_STAGES):
                 dk, dv = _dkdv_block(
-                    dk, dv, k, v, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, mask_ptrs, start_m, sqm, sgm, slm, smm,
+                    dk, dv, k, v, q_ptrs, do_ptrs, ref_ptrs, delta_ptrs, mask_ptrs, start_m, sqm, sgm, smm,
                     offs_m, cols, m_len, n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out,
                     True, ROW_TAIL, ROW_GUARD, SOFTCAP, MASK_KIND, MASK_BF16_BITS, EVEN_D, EVEN_DV, BF16_BITS,
                     IS_FP32)
         for start_m in range(e1, f2, BLOCK_M):
             dk, dv = _dkdv_block(
-                dk, dv, k, v, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, mask_ptrs, start_m, sqm, sgm, slm, smm,
+                dk, dv, k, v, q_ptrs, do_ptrs, ref_ptrs, delta_ptrs, mask_ptrs, start_m, sqm, sgm, smm,
                 offs_m, cols, m_len, n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out,
                 MAIN_EDGE, False, ROW_GUARD, SOFTCAP, MASK_KIND, MASK_BF16_BITS, EVEN_D, EVEN_DV, BF16_BITS, IS_FP32)
         if LEFT_EDGE:
             for start_m in tl.range(f2, f3, BLOCK_M, num_stages=EDGE_STAGES):
                 dk, dv = _dkdv_block(
-                    dk, dv, k, v, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, mask_ptrs, start_m, sqm, sgm, slm, smm,
+                    dk, dv, k, v, q_ptrs, do_ptrs, ref_ptrs, delta_ptrs, mask_ptrs, start_m, sqm, sgm, smm,
                     offs_m, cols, m_len, n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out,
                     True, False, ROW_GUARD, SOFTCAP, MASK_KIND, MASK_BF16_BITS, EVEN_D, EVEN_DV, BF16_BITS, IS_FP32)
         if ROW_TAIL:
             for start_m in tl.range(f3, hi_r, BLOCK_M, num_stages=EDGE_STAGES):
                 dk, dv = _dkdv_block(
-                    dk, dv, k, v, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, mask_ptrs, start_m, sqm, sgm, slm, smm,
+                    dk, dv, k, v, q_ptrs, do_ptrs, ref_ptrs, delta_ptrs, mask_ptrs, start_m, sqm, sgm, smm,
                     offs_m, cols, m_len, n_valid, lo_off, hi_off, d_mask, dv_mask, qk_scale, cap_in, cap_out,
                     True, True, ROW_GUARD, SOFTCAP, MASK_KIND, MASK_BF16_BITS, EVEN_D, EVEN_DV, BF16_BITS, IS_FP32)
     # Keys past n_valid: their lanes loaded 0 but unmasked blocks gave them weights; exactly 0 here.
@@ -374,9 +389,9 @@ def _dq_block(dq, q, do, ref, di, k_ptrs, v_ptrs, mask_ptrs, start_n, skn, svn, 
 
 @triton.jit(do_not_specialize=_STRIDES + _SIZES, do_not_specialize_on_alignment=_HEAD_DIM)
 def _attn_bwd_dq_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, dq_ptr, lse_ptr, delta_ptr, kvlen_ptr, cuq_ptr, cuk_ptr, mask_ptr,
+    q_ptr, k_ptr, v_ptr, do_ptr, dq_ptr, ref_ptr, delta_ptr, kvlen_ptr, cuq_ptr, cuk_ptr, mask_ptr,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sgb, sgh, sgm, sgd, sab, sah, san, sad,
-    smb, smh, smm, smn, slb, slh, slm, sdb, sdh,
+    smb, smh, smm, smn, sdb, sdh,
     HEADS, GROUP, M, N, D, DV, qk_scale, cap_in, cap_out, sc, LEFT, RIGHT, BOTTOM_RIGHT, HAS_KVLEN, REVERSE,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     STRIDE_MUL: tl.constexpr, VARLEN: tl.constexpr, SOFTCAP: tl.constexpr, MASK_KIND: tl.constexpr,
@@ -412,16 +427,15 @@ def _attn_bwd_dq_kernel(
     if WIDE:
         rn, rm, rd, rdv = rn.to(tl.int64), rm.to(tl.int64), rd.to(tl.int64), rdv.to(tl.int64)
     row0 = q0 + start_m
-    lse = tl.load(lse_ptr + (b * slb + h * slh + row0 * slm) + rm * slm, mask=row_ok, other=-float("inf"))
+    ref = tl.load(ref_ptr + (b * sdb + h * sdh + row0) + rm, mask=row_ok, other=float("inf"))
     live = row_ok
     if ROW_GUARD:  # rows that see no key: q, dO, D read as 0 whatever they hold
-        live = row_ok & (lse != float("-inf"))
+        live = row_ok & (ref != _INF)
     di = tl.load(delta_ptr + (b * sdb + h * sdh + row0) + rm, mask=live, other=0.0)
     q = _load_tile(q_ptr + (b * sqb + h * sqh + row0 * sqm) + (rm[:, None] * sqm + rd[None, :] * sqd),
                    live[:, None] & d_mask[None, :], True, BF16_BITS)
     do = _load_tile(do_ptr + (b * sgb + h * sgh + row0 * sgm) + (rm[:, None] * sgm + rdv[None, :] * sgd),
                     live[:, None] & dv_mask[None, :], True, BF16_BITS)
-    ref = _lse_ref(lse, MASK_KIND == 2)
     k_ptrs = k_ptr + (b * skb + hkv * skh + k0 * skn) + (rn[None, :] * skn + rd[:, None] * skd)
     v_ptrs = v_ptr + (b * svb + hkv * svh + k0 * svn) + (rn[None, :] * svn + rdv[:, None] * svd)
     mask_ptrs = mask_ptr
