@@ -14,4 +14,5 @@ settle_cache_keys(*(_sys.modules[f"{__name__}.{m}"] for m in ("_common", "softma
                                                                   "attention_backward_kernels")))
 
 __all__ = ["DEVICE", "INTERPRET", "REGISTRY", "KernelSpec", "get", "kernels", "register",
-           "attention", "attention_backward", "attention_varlen_backward", "softmax", "softmax_row", "softmax_online", "softmax_split"]
+           "attention", "attention_backward", "attention_varlen_backward",
+           "softmax", "softmax_row", "softmax_online", "softmax_split"]

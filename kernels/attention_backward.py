@@ -26,7 +26,7 @@ from .attention_args import (
     _check_inputs, _check_launch, _check_options, _check_packed, _check_sequences, _mask_view, effective_scale,
     effective_softcap, normalize_window,
 )
-from .attention_backward_config import BwdConfig, bwd_config
+from .attention_backward_config import BwdConfig, bwd_config, edged_launch
 from .attention_backward_kernels import _attn_bwd_delta_kernel, _attn_bwd_dkdv_kernel, _attn_bwd_dq_kernel
 from .attention_plan import _lead_strides
 
@@ -94,8 +94,9 @@ def _launch(q4, k4, v4, o4, lse3, do4, dq4, dk4, dv4, *, batch: int, m_max: int,
     lead, mul = _lead_strides(o4.stride(), do4.stride())
     launch(_attn_bwd_delta_kernel, (cdiv(m_max, cfg.delta_rows), batch * Hq),
            (kernel_view(o4), kernel_view(do4), lse3, delta, ref, cq, *lead, *lse3.stride(), sdb, sdh, Hq, m_max, Dv),
-           dict(BLOCK_M=cfg.delta_rows, BLOCK_DV=bd, STRIDE_MUL=mul, VARLEN=varlen, NATURAL=mask_kind == 2, BF16_BITS=bf16,
-                WIDE=_wide(max(cfg.delta_rows, bd), o4.stride(), do4.stride()), num_warps=4, num_stages=1))
+           dict(BLOCK_M=cfg.delta_rows, BLOCK_DV=bd, STRIDE_MUL=mul, VARLEN=varlen, NATURAL=mask_kind == 2,
+                BF16_BITS=bf16, WIDE=_wide(max(cfg.delta_rows, bd), o4.stride(), do4.stride()), num_warps=4,
+                num_stages=1))
 
     def run(fn, grid, ptrs, strides4, tail, meta, warps, stages_default, name):
         lead, mul = _lead_strides(*strides4)
@@ -209,8 +210,8 @@ def attention_backward(
     _check_launch(None, block_m, block_n, num_warps, num_stages)
     B, Hq, M, D = q.shape
     _check_saved(q, o, lse, do, (B, Hq, M, v.shape[3]), (B, Hq, M))
-    cfg = bwd_config(D, q.dtype, dv=v.shape[3], block_m=block_m, block_n=block_n, num_warps=num_warps,
-                     num_stages=num_stages)
+    cfg = bwd_config(D, q.dtype, dv=v.shape[3], edged=edged_launch(window, attn_mask), block_m=block_m,
+                     block_n=block_n, num_warps=num_warps, num_stages=num_stages)
     return _dense(q, k, v, o, lse, do, kv_lens=kv_lens, attn_mask=attn_mask, causal=causal, scale=scale,
                   window=window, softcap=softcap, causal_align=causal_align, cfg=cfg,
                   fixed_stages=num_stages is not None)
@@ -238,8 +239,8 @@ def attention_varlen_backward(
                               max_seqlen_k, kv_lens, attn_mask)
     total_q, Hq, D = q.shape
     _check_saved(q, o, lse, do, (total_q, Hq, v.shape[2]), (Hq, total_q))
-    cfg = bwd_config(D, q.dtype, dv=v.shape[2], block_m=block_m, block_n=block_n, num_warps=num_warps,
-                     num_stages=num_stages)
+    cfg = bwd_config(D, q.dtype, dv=v.shape[2], edged=edged_launch(window, None), block_m=block_m,
+                     block_n=block_n, num_warps=num_warps, num_stages=num_stages)
     return _packed(q, k, v, o, lse, do, cu_seqlens_q, cu_seqlens_k, cq, ck, max_seqlen_q=max_seqlen_q,
                    max_seqlen_k=max_seqlen_k, causal=causal, scale=scale, window=window, softcap=softcap,
                    causal_align=causal_align, cfg=cfg, fixed_stages=num_stages is not None)
@@ -269,7 +270,7 @@ class _Attention(torch.autograd.Function):
     def backward(ctx, do, _dlse):
         q, k, v, o, lse, kv_lens, attn_mask, cu_q, cu_k = ctx.saved_tensors
         opts = {name: ctx.options[name] for name in _BACKWARD_OPTIONS}
-        cfg = bwd_config(q.shape[-1], q.dtype, dv=v.shape[-1])
+        cfg = bwd_config(q.shape[-1], q.dtype, dv=v.shape[-1], edged=edged_launch(opts["window"], attn_mask))
         need = dict(need_dq=ctx.needs_input_grad[0], need_dkdv=ctx.needs_input_grad[1] or ctx.needs_input_grad[2],
                     cfg=cfg, fixed_stages=False)
         if cu_q is None:

@@ -314,7 +314,8 @@ def _attn_bwd_dkdv_kernel(
         delta_ptrs = delta_ptr + (b * sdb + h * sdh + q0) + rm
         mask_ptrs = mask_ptr
         if MASK_KIND != 0:
-            mask_ptrs = mask_ptr + (b * smb + h * smh + tl.cast(start_n, tl.int64) * smn) + (rn[:, None] * smn + rm[None, :] * smm)
+            mask_ptrs = (mask_ptr + (b * smb + h * smh + tl.cast(start_n, tl.int64) * smn)
+                         + (rn[:, None] * smn + rm[None, :] * smm))
         if RIGHT_EDGE:
             for start_m in tl.range(lo_rb, e1, BLOCK_M, num_stages=EDGE_STAGES):
                 dk, dv = _dkdv_block(
@@ -432,15 +433,22 @@ def _attn_bwd_dq_kernel(
     if ROW_GUARD:  # rows that see no key: q, dO, D read as 0 whatever they hold
         live = row_ok & (ref != _INF)
     di = tl.load(delta_ptr + (b * sdb + h * sdh + row0) + rm, mask=live, other=0.0)
-    q = _load_tile(q_ptr + (b * sqb + h * sqh + row0 * sqm) + (rm[:, None] * sqm + rd[None, :] * sqd),
-                   live[:, None] & d_mask[None, :], True, BF16_BITS)
-    do = _load_tile(do_ptr + (b * sgb + h * sgh + row0 * sgm) + (rm[:, None] * sgm + rdv[None, :] * sgd),
-                    live[:, None] & dv_mask[None, :], True, BF16_BITS)
+    qmask = live[:, None]
+    gmask = live[:, None]
+    if not EVEN_D:
+        qmask = qmask & d_mask[None, :]
+    if not EVEN_DV:
+        gmask = gmask & dv_mask[None, :]
+    q = _load_tile(q_ptr + (b * sqb + h * sqh + row0 * sqm) + (rm[:, None] * sqm + rd[None, :] * sqd), qmask, True,
+                   BF16_BITS)
+    do = _load_tile(do_ptr + (b * sgb + h * sgh + row0 * sgm) + (rm[:, None] * sgm + rdv[None, :] * sgd), gmask, True,
+                    BF16_BITS)
     k_ptrs = k_ptr + (b * skb + hkv * skh + k0 * skn) + (rn[None, :] * skn + rd[:, None] * skd)
     v_ptrs = v_ptr + (b * svb + hkv * svh + k0 * svn) + (rn[None, :] * svn + rdv[:, None] * svd)
     mask_ptrs = mask_ptr
     if MASK_KIND != 0:
-        mask_ptrs = mask_ptr + (b * smb + h * smh + tl.cast(start_m, tl.int64) * smm) + (rm[:, None] * smm + rn[None, :] * smn)
+        mask_ptrs = (mask_ptr + (b * smb + h * smh + tl.cast(start_m, tl.int64) * smm)
+                     + (rm[:, None] * smm + rn[None, :] * smn))
     dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
 
     # The forward's key ranges (kernels/attention.py): keys of the tile [lo, hi), seen by every row

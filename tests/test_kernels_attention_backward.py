@@ -2,8 +2,8 @@
 oracle (oracles/attention_backward.py) within the FA2 bound (oracles/attention_backward_bound.py,
 docs/NUMERICS.md 10.4), and the autograd path of `attention` / `attention_varlen`.
 
-The bound gets the kernel's real blocks (`bwd_config(...).bound_blocks`: the dK/dV kernel's query
-block, the dQ kernel's key block) and the forward's own error bounds at the forward's real key
+The bound gets the kernel's real blocks (`bound_blocks`: the dK/dV kernel's query block, the dQ
+kernel's key block, for the call's options) and the forward's own error bounds at the forward's real key
 blocking (`kernels.specs._attention_blocking`), not the bound's default, which assumes a forward
 blocked like the backward. Small shapes with M, N off the block sizes; the interpreter runs them."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 
 from flashcheck.kernels import DEVICE
 from flashcheck.kernels.attention import attention, attention_varlen
-from flashcheck.kernels.attention_backward_config import bwd_config
+from flashcheck.kernels.attention_backward_config import bound_blocks
 from flashcheck.kernels.specs import _attention_blocking
 from flashcheck.oracles.attention_backward import attention_backward_quantities
 from flashcheck.oracles.attention_backward_bound import _forward_errors, attention_backward_bound
@@ -49,7 +49,7 @@ def _bounds(r, q, k, v, **opts):
     D, Dv, N = q.shape[-1], v.shape[-1], k.shape[2]
     fwd_block_n, _ = _attention_blocking(D, N, q.dtype, opts)
     o_err, lse_err = _forward_errors(r, fwd_block_n)
-    block_m, block_n = bwd_config(D, q.dtype, dv=Dv).bound_blocks
+    block_m, block_n = bound_blocks(D, q.dtype, dv=Dv, **opts)
     return attention_backward_bound(r, block_m=block_m, block_n=block_n, o_err=o_err, lse_err=lse_err)
 
 
@@ -71,7 +71,8 @@ def _check(q, k, v, do, **opts):
     o, lse = _forward(q, k, v, **opts)
     got = B_.attention_backward(q, k, v, o, lse, do, **{n: opts[n] for n in BACKWARD_OPTIONS if n in opts})
     r = attention_backward_quantities(q, k, v, do, **{n: opts[n] for n in BACKWARD_OPTIONS if n in opts})
-    _within(got, r, _bounds(r, q, k, v, **opts))
+    worst = _within(got, r, _bounds(r, q, k, v, **opts))
+    print(f"\n{q.dtype} error/bound max: dq {worst[0]:.3g} dk {worst[1]:.3g} dv {worst[2]:.3g}")  # shown with -s
     return got, r
 
 
@@ -206,7 +207,7 @@ def test_varlen_equals_each_sequence_alone() -> None:
     g = torch.Generator().manual_seed(60)
     cu_q = torch.tensor([0, 5, 5, 30, 31], dtype=torch.int32, device=DEVICE)
     cu_k = torch.tensor([0, 7, 19, 19, 36], dtype=torch.int32, device=DEVICE)
-    q, k, v = torch.randn(34, 4, 16, generator=g), torch.randn(38, 2, 16, generator=g), torch.randn(38, 2, 8, generator=g)
+    q, k, v = (torch.randn(*s, generator=g) for s in ((34, 4, 16), (38, 2, 16), (38, 2, 8)))
     q, k, v = (t.to(torch.bfloat16).to(DEVICE) for t in (q, k, v))
     opts = dict(causal=True, causal_align="bottom_right", window=(9, -1))
     with torch.no_grad():
@@ -276,7 +277,7 @@ def test_varlen_autograd_equals_the_explicit_backward() -> None:
     g = torch.Generator().manual_seed(95)
     cu_q = torch.tensor([0, 11, 30], dtype=torch.int32, device=DEVICE)
     cu_k = torch.tensor([0, 20, 27], dtype=torch.int32, device=DEVICE)
-    q, k, v = torch.randn(30, 2, 16, generator=g), torch.randn(27, 1, 16, generator=g), torch.randn(27, 1, 16, generator=g)
+    q, k, v = (torch.randn(*s, generator=g) for s in ((30, 2, 16), (27, 1, 16), (27, 1, 16)))
     do = torch.randn(30, 2, 16, generator=g)
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     kw = dict(max_seqlen_q=19, max_seqlen_k=20, causal=True)
