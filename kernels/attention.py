@@ -571,6 +571,9 @@ def attention(
     `_rowsum_fp32` (benchmarks only, outside the contract): sum the unrounded P into l as
     FlashAttention does, instead of the rounded P that makes V of all ones give exactly 1.
     Returns a new contiguous (B, Hq, M, Dv) tensor of q's dtype (and lse when asked).
+    Differentiable: with grad enabled and q, k or v requiring it, the call runs through the
+    autograd Function of kernels/attention_backward.py (lse is then returned, not differentiable;
+    an attn_mask that requires grad is refused); otherwise nothing of it is involved.
     """
     if _needs_grad(q, k, v):
         from .attention_backward import attention_autograd  # here: that module imports this one
@@ -625,7 +628,7 @@ def attention_varlen(
     allowed). Each sequence is its own problem (bottom-right alignment per sequence); nothing
     crosses a boundary. Returns o (total_q, Hq, Dv) and, with return_lse, lse (Hq, total_q).
     kv_lens and attn_mask are not taken here (the sequence lengths are the key lengths; pass a
-    dense batch for masks)."""
+    dense batch for masks). Differentiable as `attention` is."""
     if _needs_grad(q, k, v):
         from .attention_backward import attention_autograd
         return attention_autograd(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens=kv_lens, attn_mask=attn_mask,

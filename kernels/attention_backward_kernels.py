@@ -21,9 +21,15 @@ and dS = 0 by `tl.where`, never by a multiplication, so NaN or garbage stored th
 V giving dP = NaN) never reaches a gradient. Absent keys' K and V load as 0. Rows that see no key
 have lse = -inf (the forward's choice): their exponent reference becomes +inf (P = 0, not
 exp2(+inf)) and, in launches that can have such rows (ROW_GUARD), their q, dO and D load as 0,
-so whatever those rows hold adds nothing to dk, dv. As in the forward, a NaN stored in a key or
-value that exists but is hidden from some rows can reach rows sharing its block through 0 * NaN
-inside a dot (dq through K, dv through dO of a live row): every flash-style kernel does the same.
+so whatever those rows hold adds nothing to dk, dv. As in the forward, a NaN that exists but is
+hidden from some pairs can reach them through 0 * NaN inside a dot of a shared block: a NaN in a
+key hidden from a row reaches that row's dq (dS @ K), a NaN in q or dO of a live row reaches dk or
+dv of keys in its block that it does not see (every flash-style kernel does the same). A hidden
+NaN value never does (dP enters only through the masked dS). A row masked whole by a float bias so
+large that fl32(lse) no longer holds log n (|b| >~ 2^24 log n: -1e9, finfo(float32).min) gets
+P = exp(fl(y + b) - fl(lse)) = 1 for each of its n keys, n times the forward's uniform weights: the
+lse alone cannot tell (torch's CPU SDPA backward, also from a logsumexp, gives the same), and the
+bound admits it (its 3u|b| term); a finite bias of the size of the scores (-1e4) is exact enough.
 
 Blocks every row of the tile sees whole skip the masks (the main loops); edge loops (causal or
 window edges, masks, the row or key tail) are compiled only when the launch can reach them.
