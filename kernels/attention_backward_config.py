@@ -37,8 +37,9 @@ class BwdConfig:
 # shared memory (the largest, fp16 D128 dQ: 120 KB). A dK/dV program keeps K and V in shared memory
 # and two fp32 accumulators of BLOCK_N x head dim in registers, so it takes many keys and few rows
 # per step (dQ the mirror image); the per-row loads are unit-stride (`_attn_bwd_delta_kernel`).
-# fp16 and bf16 compile alike. Base tiles: at most 24 bytes of spill in any base variant (fp16 D64
-# dK/dV 215-250 registers, D128 255); D256 needs 32-key tiles (two 256-wide fp32 accumulators).
+# fp16 and bf16 compile alike. Base tiles: at most 40 bytes of spill in any base variant (fp16 D64
+# dK/dV 215-252 registers, D128 255); D256 needs 32-key tiles (two 256-wide fp32 accumulators).
+# A head dim off a power of two pays for its masked loads (fp16 D100/Dv40: 88-328 bytes).
 _TILES_16 = {16: ((32, 128, 8, 3), (128, 64, 8, 3)), 32: ((32, 128, 8, 3), (128, 64, 8, 3)),
              64: ((32, 128, 8, 3), (128, 64, 8, 3)), 128: ((16, 128, 8, 3), (128, 32, 8, 3)),
              256: ((32, 32, 8, 2), (32, 32, 8, 2))}
@@ -50,8 +51,8 @@ _TILES_32 = {16: ((32, 32, 4, 2), (32, 32, 4, 2)), 32: ((32, 32, 4, 2), (32, 32,
              256: ((16, 16, 8, 2), (32, 16, 8, 1))}
 _GPU_TABLE = {torch.float16: _TILES_16, torch.bfloat16: _TILES_16, torch.float32: _TILES_32}
 # Edged launches (a mask or a finite window: masked loops, row guards, mask tiles) take smaller dK/dV
-# tiles: the base fp16 D64 tile spilled 80-560 bytes there, (16, 128) 0-32; D128's spills 136-904
-# bytes at (32, 128), 24-272 at (16, 64); D256 none at (16, 32).
+# tiles: the base fp16 D64 tile spilled 80-560 bytes there, (16, 128) 0-32; D128 136-904 bytes at
+# (32, 128), 24-272 at (16, 64) (smaller tiles spill less but halve K/V reuse); D256 none at (16, 32).
 _EDGED_16 = {16: ((16, 128, 8, 3), (128, 64, 8, 3)), 32: ((16, 128, 8, 3), (128, 64, 8, 3)),
              64: ((16, 128, 8, 3), (128, 64, 8, 3)), 128: ((16, 64, 8, 2), (64, 32, 8, 2)),
              256: ((16, 32, 8, 2), (32, 32, 8, 2))}

@@ -18,7 +18,9 @@ same way before dv's dot. dq, dk multiplied by fl32(sc) at the end.
 
 Hidden entries (past kv_lens or n, outside the causal/window band, masked, -inf bias) get P = 0
 and dS = 0 by `tl.where`, never by a multiplication, so NaN or garbage stored there (or a hidden
-V giving dP = NaN) never reaches a gradient. Absent keys' K and V load as 0. Rows that see no key
+V giving dP = NaN) never reaches a gradient. Absent keys' K and V load as 0 (the dK/dV kernel
+leaves keys past n_valid unmasked in its loops and sets their dk, dv to 0 at the end: a key's
+weights reach only its own rows of dk, dv). Rows that see no key
 have lse = -inf (the forward's choice): their exponent reference becomes +inf (P = 0, not
 exp2(+inf)) and, in launches that can have such rows (ROW_GUARD), their q, dO and D load as 0,
 so whatever those rows hold adds nothing to dk, dv. As in the forward, a NaN that exists but is
