@@ -50,9 +50,9 @@ class AttentionSpec(KernelSpec):
     # fn(q, k, v, o, lse, do, **options) -> (dq, dk, dv): a plain backward, given the forward's o and lse
     backward_fn: Callable[..., Any] | None = None
     deterministic_backward: bool = False  # bit-identical dq, dk, dv run to run (checked when declared)
-    # (block_m, block_n) of its backward for (head_dim, m, n, dtype, options): the bound's blocking;
-    # None: the worst case (one accumulation chain over every query and key)
-    backward_blocking: Callable[[int, int, int, torch.dtype, Mapping[str, Any]], tuple[int, int]] | None = None
+    # (block_m, block_n) of its backward for (head_dim, v's head dim, m, n, dtype, options): the
+    # bound's blocking; None: the worst case (one accumulation chain over every query and key)
+    backward_blocking: Callable[[int, int, int, int, torch.dtype, Mapping[str, Any]], tuple[int, int]] | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -96,9 +96,9 @@ class AttentionSpec(KernelSpec):
             return self.block_n, max(1, -(-n // self.block_n))
         return max(n, 1), max(n, 1)
 
-    def backward_blocks(self, head_dim: int, m: int, n: int, dtype: torch.dtype,
+    def backward_blocks(self, head_dim: int, head_dim_v: int, m: int, n: int, dtype: torch.dtype,
                         options: Mapping[str, Any] | None = None) -> tuple[int, int]:
         """(block_m, block_n) the backward bound needs: the kernel's own, else the worst case."""
         if self.backward_blocking is not None:
-            return self.backward_blocking(head_dim, m, n, dtype, options or {})
+            return self.backward_blocking(head_dim, head_dim_v, m, n, dtype, options or {})
         return max(m, 1), max(n, 1)

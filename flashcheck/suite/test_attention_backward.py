@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from flashcheck.kernels import INTERPRET
 from flashcheck.kernels.registry import KernelSpec
@@ -29,6 +29,16 @@ ORACLE_PROPERTIES = ("backward_contract", "backward_matches_oracle")
 SELF_PROPERTIES = tuple(p for p in BACKWARD_PROPERTIES if p not in ORACLE_PROPERTIES)
 # The relations run the backward two or three times: the CPU's shapes stay small.
 SELF_LIMITS = dict(max_m=24, max_n=24, max_head_dim=16) if INTERPRET else {}
+# Under the interpreter a backward costs three kernels' emulation and a forward's: a quarter of the
+# profile's examples per test (ci: 3 of 12, over 16 classes and 3 dtypes), which kept this file
+# 54 s on one shared CPU core (198 s at 12); a GPU runs the profile's examples in full.
+CPU_SHARE = 4
+
+
+def _examples(test):
+    if not INTERPRET:
+        return test
+    return settings(max_examples=max(2, settings.default.max_examples // CPU_SHARE))(test)
 
 
 def _fit(spec: KernelSpec, case: Case) -> Case:
@@ -52,6 +62,7 @@ def _skip_unavailable(spec: KernelSpec, cls: str) -> None:
 
 
 @pytest.mark.parametrize("cls", sorted(BACKWARD_CLASSES))
+@_examples
 @given(data=st.data())
 def test_backward_class(spec: KernelSpec, dtype: torch.dtype, cls: str, data: st.DataObject) -> None:
     _skip_unavailable(spec, cls)
@@ -61,6 +72,7 @@ def test_backward_class(spec: KernelSpec, dtype: torch.dtype, cls: str, data: st
 
 
 @pytest.mark.parametrize("relation", SELF_PROPERTIES)
+@_examples
 @given(data=st.data())
 def test_backward_relations(spec: KernelSpec, dtype: torch.dtype, relation: str, data: st.DataObject) -> None:
     case = _fit(spec, data.draw(attention_backward_cases(dtype=dtype, caps=Caps.of(spec), shapes=Shapes.of(spec),

@@ -138,7 +138,7 @@ def _blocks(v: Any) -> Callable:
     if len(items) != 2:
         raise ValueError(f"{v!r} is not (block_m, block_n)")
     pair = tuple(_positive_int(int(i)) for i in items)
-    return lambda head_dim, m, n, dtype, options: tuple(pair)
+    return lambda head_dim, head_dim_v, m, n, dtype, options: tuple(pair)
 
 
 class Capability(NamedTuple):
@@ -200,7 +200,8 @@ CAPABILITIES: dict[str, Capability] = {k: Capability(*v) for k, v in {
                                               "backward, checked when the output carries no autograd"),
     "deterministic_backward": ("deterministic_backward", _bool, "bit-identical dq, dk, dv run to run (checked)"),
     "backward_blocks": ("backward_blocking", _blocks, "(block_m, block_n) of its backward, or a callable "
-                                                      "(head_dim, m, n, dtype, options) -> (block_m, block_n): "
+                                                      "(head_dim, head_dim_v, m, n, dtype, options) -> (block_m, "
+                                                      "block_n): "
                                                       "the backward bound's blocking (default: the worst case)"),
 }.items()}
 

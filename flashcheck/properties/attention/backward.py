@@ -23,7 +23,7 @@ from flashcheck.oracles.attention_backward_bound import attention_backward_bound
 from flashcheck.oracles.formats import Format, format_of, same_bits, to_float64
 from flashcheck.strategies.attention import case_inputs, is_varlen, varlen_inputs, varlen_sequences
 from flashcheck.strategies.case import Case
-from flashcheck.properties.attention.outcome import FAMILY, ORACLE_KEYS
+from flashcheck.properties.attention.outcome import FAMILY, ORACLE_KEYS, blocking
 
 NAMES = ("dq", "dk", "dv")
 #: What a case's dO is called among its tensors (strategies/attention_backward.py).
@@ -48,6 +48,7 @@ class Part:
     fmt: Format
     block_m: int
     block_n: int
+    forward_blocks: tuple[int, int]  # (block_n, n_blocks) of the forward that saved o and lse
     _bwd: AttentionBackward | None = None
     _bound: tuple | None = None
 
@@ -61,7 +62,8 @@ class Part:
     @property
     def bound(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self._bound is None:
-            self._bound = attention_backward_bound(self.oracle, block_m=self.block_m, block_n=self.block_n)
+            self._bound = attention_backward_bound(self.oracle, block_m=self.block_m, block_n=self.block_n,
+                                                   forward_blocks=self.forward_blocks)
         return self._bound
 
 
@@ -140,8 +142,9 @@ def _parts(spec: KernelSpec, case: Case, grads: tuple, fmt: Format) -> list[Part
     """The dense problems a case stands for, each with its slice of the kernel's gradients."""
     if not is_varlen(case):
         q, k, v, kw = case_inputs(case)
-        bm, bn = spec.backward_blocks(q.shape[-1], q.shape[2], k.shape[2], q.dtype, kw)
-        return [Part(q, k, v, case.tensors[DO], kw, grads, fmt, bm, bn)]
+        bm, bn = spec.backward_blocks(q.shape[-1], v.shape[-1], q.shape[2], k.shape[2], q.dtype, kw)
+        fwd = blocking(spec, q.shape[-1], k.shape[2], q.dtype, kw)
+        return [Part(q, k, v, case.tensors[DO], kw, grads, fmt, bm, bn, fwd)]
     kw, seqs = varlen_sequences(case)
     ck = case.tensors["cu_seqlens_k"].tolist()
     dense = lambda x: x.transpose(0, 1)[None]  # noqa: E731  (packed (len, H, D) -> (1, H, len, D))
@@ -149,10 +152,11 @@ def _parts(spec: KernelSpec, case: Case, grads: tuple, fmt: Format) -> list[Part
     for b, (rows, q, k, v, _) in enumerate(seqs):
         keys = slice(ck[b], ck[b + 1])
         # one launch is sized for the longest sequences: their blocking (conservative for this one)
-        bm, bn = spec.backward_blocks(q.shape[-1], int(case.kwargs["max_seqlen_q"]),
+        bm, bn = spec.backward_blocks(q.shape[-1], v.shape[-1], int(case.kwargs["max_seqlen_q"]),
                                       int(case.kwargs["max_seqlen_k"]), q.dtype, kw)
+        fwd = blocking(spec, q.shape[-1], int(case.kwargs["max_seqlen_k"]), q.dtype, kw)
         out.append(Part(q, k, v, dense(case.tensors[DO][rows]), kw,
-                        (dense(grads[0][rows]), dense(grads[1][keys]), dense(grads[2][keys])), fmt, bm, bn))
+                        (dense(grads[0][rows]), dense(grads[1][keys]), dense(grads[2][keys])), fmt, bm, bn, fwd))
     return out
 
 
