@@ -114,7 +114,7 @@ FAMILY_RECORDS: dict[str, Family] = {f.name: f for f in (
            oracle="flashcheck.oracles.softmax:softmax_oracle", bound="flashcheck.oracles.bounds:softmax_ulp_bound",
            length_input="x", length_axis=-1),
     Family("attention", strategies="flashcheck.strategies.attention", properties="flashcheck.properties.attention",
-           property_sets=("CORE_PROPERTIES", "METAMORPHIC_PROPERTIES", "VARLEN_PROPERTIES"),
+           property_sets=("CORE_PROPERTIES", "METAMORPHIC_PROPERTIES", "VARLEN_PROPERTIES", "BACKWARD_PROPERTIES"),
            report="flashcheck.reports.stability.attention", oracle="flashcheck.oracles.attention:attention_oracle",
            bound="flashcheck.oracles.bounds:attention_error_bound", length_input="k", length_axis=-2),
     Family("softmax_backward", strategies="flashcheck.strategies.softmax_backward",

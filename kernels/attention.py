@@ -68,7 +68,7 @@ from ._common import (
     DEVICE, LOG2E, kernel_view, load_f32_zero, store_f32, tl, triton,
 )
 from .attention_args import (
-    MAX_HEAD_DIM, _check_cu, _check_heads, _check_inputs, _check_launch, _check_options, _check_qkv,
+    MAX_HEAD_DIM, _check_inputs, _check_launch, _check_options, _check_packed, _check_sequences,
     _mask_view, effective_scale, effective_softcap, normalize_window,
 )
 from .attention_config import AttnConfig, attn_config, auto_splits
@@ -523,6 +523,12 @@ def _launch(q4, k4, v4, o4, lse3, *, batch: int, m_max: int, n_max: int, cu_q, c
     _with_stages_that_fit(run, plan.stage_key, plan.cfg.num_stages, fixed=num_stages is not None)
 
 
+def _needs_grad(q, k, v) -> bool:
+    """Whether a call must be differentiable: the autograd path (kernels/attention_backward.py)."""
+    return torch.is_grad_enabled() and (getattr(q, "requires_grad", False) or getattr(k, "requires_grad", False)
+                                        or getattr(v, "requires_grad", False))
+
+
 @on_input_device
 def attention(
     q: torch.Tensor,
@@ -565,7 +571,16 @@ def attention(
     `_rowsum_fp32` (benchmarks only, outside the contract): sum the unrounded P into l as
     FlashAttention does, instead of the rounded P that makes V of all ones give exactly 1.
     Returns a new contiguous (B, Hq, M, Dv) tensor of q's dtype (and lse when asked).
+    Differentiable: with grad enabled and q, k or v requiring it, the call runs through the
+    autograd Function of kernels/attention_backward.py (lse is then returned, not differentiable;
+    an attn_mask that requires grad is refused); otherwise nothing of it is involved.
     """
+    if _needs_grad(q, k, v):
+        from .attention_backward import attention_autograd  # here: that module imports this one
+        return attention_autograd(q, k, v, kv_lens=kv_lens, attn_mask=attn_mask, return_lse=return_lse, causal=causal,
+                                  scale=scale, window=window, softcap=softcap, causal_align=causal_align,
+                                  num_splits=num_splits, pack_gqa=pack_gqa, block_m=block_m, block_n=block_n,
+                                  num_warps=num_warps, num_stages=num_stages, _rowsum_fp32=_rowsum_fp32)
     _check_inputs(q, k, v, causal, scale, kv_lens, window=window, softcap=softcap, causal_align=causal_align,
                   attn_mask=attn_mask, return_lse=return_lse, num_splits=num_splits)
     _check_launch(pack_gqa, block_m, block_n, num_warps, num_stages)
@@ -613,23 +628,21 @@ def attention_varlen(
     allowed). Each sequence is its own problem (bottom-right alignment per sequence); nothing
     crosses a boundary. Returns o (total_q, Hq, Dv) and, with return_lse, lse (Hq, total_q).
     kv_lens and attn_mask are not taken here (the sequence lengths are the key lengths; pass a
-    dense batch for masks)."""
-    _check_qkv(q, k, v, 3, "(total, H, D)")
-    if k.shape[0] != v.shape[0]:
-        raise ValueError(f"k and v must have the same packed length, got {tuple(k.shape)} and {tuple(v.shape)}")
-    _check_heads(q.shape[1], k.shape[1], v.shape[1], q.shape[2], k.shape[2], v.shape[2])
+    dense batch for masks). Differentiable as `attention` is."""
+    if _needs_grad(q, k, v):
+        from .attention_backward import attention_autograd
+        return attention_autograd(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens=kv_lens, attn_mask=attn_mask,
+                                  return_lse=return_lse, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                                  causal=causal, scale=scale, window=window, softcap=softcap,
+                                  causal_align=causal_align, num_splits=num_splits, pack_gqa=pack_gqa,
+                                  block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages)
+    _check_packed(q, k, v)
     _check_options(causal, scale, window, softcap, causal_align, return_lse, num_splits)
     _check_launch(pack_gqa, block_m, block_n, num_warps, num_stages)
-    if kv_lens is not None:
-        raise ValueError("attention_varlen takes no kv_lens: cu_seqlens_k gives each sequence's keys")
-    if attn_mask is not None:
-        raise ValueError("attention_varlen takes no attn_mask (no packed mask layout); use attention on a dense batch")
-    cq = _check_cu("cu_seqlens_q", cu_seqlens_q, None, q.shape[0], max_seqlen_q, "max_seqlen_q")
-    _check_cu("cu_seqlens_k", cu_seqlens_k, len(cq) - 1, k.shape[0], max_seqlen_k, "max_seqlen_k")
+    cq, _ = _check_sequences("attention_varlen", q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                             kv_lens, attn_mask)
     total_q, Hq, D = q.shape
     Dv = v.shape[2]
-    if max(total_q, k.shape[0]) >= 2**31:
-        raise ValueError("packed lengths must be below 2^31")
     o = torch.empty((total_q, Hq, Dv), dtype=q.dtype, device=q.device)
     lse = torch.full((Hq, total_q), float("-inf"), dtype=torch.float32, device=q.device) if return_lse else None
     batch = len(cq) - 1

@@ -189,3 +189,25 @@ def _check_cu(name: str, cu, batch: int | None, total: int, max_seqlen, max_name
     if max_seqlen > total:
         raise ValueError(f"{max_name}={max_seqlen} exceeds the packed length {total}: no sequence can be that long")
     return vals
+
+
+def _check_packed(q, k, v) -> None:
+    """Varlen's packed q (total_q, Hq, D), k (total_k, Hkv, D), v (total_k, Hkv, Dv)."""
+    _check_qkv(q, k, v, 3, "(total, H, D)")
+    if k.shape[0] != v.shape[0]:
+        raise ValueError(f"k and v must have the same packed length, got {tuple(k.shape)} and {tuple(v.shape)}")
+    _check_heads(q.shape[1], k.shape[1], v.shape[1], q.shape[2], k.shape[2], v.shape[2])
+
+
+def _check_sequences(fn: str, q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens,
+                     attn_mask) -> tuple[list[int], list[int]]:
+    """Varlen's sequence arguments (fn names the entry point); returns the cu_seqlens' values."""
+    if kv_lens is not None:
+        raise ValueError(f"{fn} takes no kv_lens: cu_seqlens_k gives each sequence's keys")
+    if attn_mask is not None:
+        raise ValueError(f"{fn} takes no attn_mask (no packed mask layout); use attention on a dense batch")
+    cq = _check_cu("cu_seqlens_q", cu_seqlens_q, None, q.shape[0], max_seqlen_q, "max_seqlen_q")
+    ck = _check_cu("cu_seqlens_k", cu_seqlens_k, len(cq) - 1, k.shape[0], max_seqlen_k, "max_seqlen_k")
+    if max(q.shape[0], k.shape[0]) >= 2**31:
+        raise ValueError("packed lengths must be below 2^31")
+    return cq, ck

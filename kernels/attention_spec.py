@@ -45,10 +45,19 @@ class AttentionSpec(KernelSpec):
     lse_empty: float = float("-inf")  # lse of a row with no visible key (FlashAttention 2: +inf)
     varlen_fn: Callable[..., Any] | None = None  # fn(q, k, v, cu_q, cu_k, *, max_seqlen_q, max_seqlen_k, ...)
     fp32_dot: str = "ieee"  # how its matmuls read fp32 operands: "ieee" (exact products) or "tf32"
+    # ---- the backward pass (NUMERICS.md section 10), checked where the kernel has one ----
+    autograd: bool | None = None  # its output carries autograd: None, found out on the first call
+    # fn(q, k, v, o, lse, do, **options) -> (dq, dk, dv): a plain backward, given the forward's o and lse
+    backward_fn: Callable[..., Any] | None = None
+    deterministic_backward: bool = False  # bit-identical dq, dk, dv run to run (checked when declared)
+    # (block_m, block_n) of its backward for (head_dim, v's head dim, m, n, dtype, options): the
+    # bound's blocking; None: the worst case (one accumulation chain over every query and key)
+    backward_blocking: Callable[[int, int, int, int, torch.dtype, Mapping[str, Any]], tuple[int, int]] | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         object.__setattr__(self, "varlen_fn", _hooked(self.varlen_fn, f"{self.name} (varlen)"))
+        object.__setattr__(self, "backward_fn", _hooked(self.backward_fn, f"{self.name} (backward)"))
         aligns = (self.causal_align,) if isinstance(self.causal_align, str) else tuple(self.causal_align)
         if not aligns or any(a not in CAUSAL_ALIGNS for a in aligns):
             raise ValueError(f"causal_align must name some of {CAUSAL_ALIGNS}, got {self.causal_align!r}")
@@ -57,6 +66,8 @@ class AttentionSpec(KernelSpec):
         if lse_empty not in (float("inf"), float("-inf")):
             raise ValueError(f"lse_empty must be -inf or +inf, got {self.lse_empty!r}")
         object.__setattr__(self, "lse_empty", lse_empty)
+        if self.backward_fn is not None and not self.lse:
+            raise ValueError("backward_fn takes the forward's lse: a kernel with lse=False cannot give it")
         if self.fp32_dot not in ("ieee", "tf32"):
             raise ValueError(f"fp32_dot must be 'ieee' or 'tf32', got {self.fp32_dot!r}")
 
@@ -84,3 +95,10 @@ class AttentionSpec(KernelSpec):
         if self.block_n:
             return self.block_n, max(1, -(-n // self.block_n))
         return max(n, 1), max(n, 1)
+
+    def backward_blocks(self, head_dim: int, head_dim_v: int, m: int, n: int, dtype: torch.dtype,
+                        options: Mapping[str, Any] | None = None) -> tuple[int, int]:
+        """(block_m, block_n) the backward bound needs: the kernel's own, else the worst case."""
+        if self.backward_blocking is not None:
+            return self.backward_blocking(head_dim, head_dim_v, m, n, dtype, options or {})
+        return max(m, 1), max(n, 1)

@@ -84,6 +84,13 @@ from .attention import (  # noqa: E402
 )
 from .attention_args import normalize_window as _normalize_window  # noqa: E402
 from .attention_plan import edged_tile as _edged_tile  # noqa: E402
+from .attention_backward_config import bound_blocks as _bound_blocks  # noqa: E402
+
+
+def _attention_backward_blocking(head_dim: int, head_dim_v: int, m: int, n: int, dtype, options) -> tuple[int, int]:
+    """(block_m, block_n) of the backward's default launch for this call's options: the bound's."""
+    return _bound_blocks(head_dim, dtype, dv=head_dim_v, window=options.get("window"),
+                         attn_mask=options.get("attn_mask"))
 
 
 def _attention_blocking(head_dim: int, n: int, dtype, options) -> tuple[int, int]:
@@ -114,6 +121,10 @@ register(AttentionSpec(
              else ({"num_splits": 2}, {"num_splits": 3}, {"num_splits": 64}, {"pack_gqa": True})),
     varlen_fn=_attention_varlen,
     blocking=_attention_blocking,
+    # its backward (kernels/attention_backward.py): autograd, three deterministic launches (no atomics)
+    autograd=True,
+    deterministic_backward=True,
+    backward_blocking=_attention_backward_blocking,
     description="fused attention forward: online softmax in exp2, fp32 accumulators, P in 16 bits",
 ))
 

@@ -382,7 +382,10 @@ def attention_backward_quantities(q, k, v, do, *, causal: bool = False, scale: f
     eq, ek, ev = np.zeros(qf.shape), np.zeros(shpk), np.zeros(shpv)
     sq, sk, sv = np.zeros(qf.shape, bool), np.zeros(shpk, bool), np.zeros(shpv, bool)
     fallbacks = 0
-    for b in range(B):
+    # No key at all (a varlen sequence of length 0): every row sees none, so dq is a structural +0
+    # and dk, dv are empty; the fast path's reference key would be an argmax over nothing.
+    sq[:] = N == 0
+    for b in range(B if N else 0):
         nv = min(max(lens[b], 0), N)
         base = visibility(M, N, nv, causal, window, causal_align)
         for hk in range(Hkv):

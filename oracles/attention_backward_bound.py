@@ -49,7 +49,7 @@ from .formats import Format, format_of, ulp_of
 U32 = 2.0**-24
 
 
-def _forward_errors(bwd, block_n: int) -> tuple[np.ndarray, np.ndarray]:
+def _forward_errors(bwd, block_n: int, n_blocks: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     from .attention import attention_oracle
     from .bounds import attention_error_bound, attention_lse_bound
 
@@ -58,16 +58,19 @@ def _forward_errors(bwd, block_n: int) -> tuple[np.ndarray, np.ndarray]:
                            kv_lens=inp["kv_lens"], window=inp["window"], softcap=inp["softcap"] or 0.0,
                            attn_mask=inp["attn_mask"], causal_align=inp["causal_align"], fmt=bwd.fmt)
     N = inp["k"].shape[2]
-    nb = max(1, math.ceil(N / block_n))
+    nb = n_blocks or max(1, math.ceil(N / block_n))
     o_err = attention_error_bound(fwd, block_n=block_n, n_blocks=nb) + ulp_of(np.nan_to_num(fwd.out), bwd.fmt) / 2
     lse_err = attention_lse_bound(fwd, block_n=block_n, n_blocks=nb)
     return np.where(np.isfinite(o_err), o_err, 0.0), np.where(np.isfinite(lse_err), lse_err, 0.0)
 
 
 def attention_backward_bound(bwd, *, fmt: Format | None = None, block_m: int, block_n: int, lse_err=None,
-                             o_err=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                             o_err=None, forward_blocks: tuple[int, int] | None = None
+                             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Allowed |kernel - oracle| per element of dq, dk, dv (absolute), the oracle the correctly rounded
-    gradients of `bwd` (`attention_backward_quantities`). See the module docstring."""
+    gradients of `bwd` (`attention_backward_quantities`). See the module docstring. Without o_err and
+    lse_err they are the forward's own bounds at `forward_blocks` ((block_n, n_blocks) of the forward
+    that saved o and lse; default: a forward blocked like this backward's dq kernel)."""
     fmt = bwd.fmt if fmt is None else format_of(fmt)
     u = U32
     is16 = fmt.bits == 16
@@ -80,9 +83,9 @@ def attention_backward_bound(bwd, *, fmt: Format | None = None, block_m: int, bl
     B, Hq, M, D = q.shape
     Hkv, N, Dv = k.shape[1], k.shape[2], v.shape[3]
     G = Hq // Hkv
-    sc, cap = bwd.scale, bwd.softcap
+    sc, cap = abs(bwd.scale), bwd.softcap  # a negative scale flips signs, never the error's size
     if o_err is None or lse_err is None:
-        fo, fl = _forward_errors(bwd, block_n)
+        fo, fl = _forward_errors(bwd, *(forward_blocks or (block_n, None)))
         o_err = fo if o_err is None else o_err
         lse_err = fl if lse_err is None else lse_err
     o_err = np.broadcast_to(np.asarray(o_err, dtype=np.float64), (B, Hq, M, Dv))
@@ -104,7 +107,7 @@ def attention_backward_bound(bwd, *, fmt: Format | None = None, block_m: int, bl
         if bb is not None:
             b_abs = np.where(vis, np.abs(np.nan_to_num(bb, nan=0.0, posinf=0.0, neginf=0.0)), 0.0)
     f = bwd.factor if cap > 0 else np.ones_like(P)
-    a = bwd.a_raw * f
+    a = np.abs(bwd.a_raw) * f
     th = np.abs(np.tanh(bwd.y / cap)) if cap > 0 else 0.0
     t_cap = cap * th if cap > 0 else 0.0
     g = (u * ((2 * D + 4) * a + 3 * np.abs(t) + 2 * np.abs(t - lse[..., None]) + 2 * np.abs(lse)[..., None] + 4)
@@ -129,7 +132,7 @@ def attention_backward_bound(bwd, *, fmt: Format | None = None, block_m: int, bl
     ediff = eDP + eD[..., None] + u * (diff + eDP + eD[..., None])
     eS = eP * (diff + ediff) + P * ediff + u * (P + eP) * (diff + ediff)
     if cap > 0:
-        dy = (2 * D + 4) * u * bwd.a_raw + 2 * u * np.abs(bwd.y)
+        dy = (2 * D + 4) * u * np.abs(bwd.a_raw) + 2 * u * np.abs(bwd.y)
         ef = 2 * (12 * u * th + f * dy / cap) + 3 * u
         eS = eS * (f + ef) + np.abs(bwd.dt) * ef + u * np.abs(bwd.ds)
     eS = np.where(vis, eS, 0.0)

@@ -134,14 +134,17 @@ class _Config:
         if lse is None:
             return None
         t = int(self.t[i])
-        # the x' it meets: the target's, and with smoothing every one (a -inf among them made the loss
-        # infinite: loss_special); a masked column's -inf is no rational
-        xs = {j: row.xprime_exact(j) for j in (range(row.n) if self.eps > 0 else (t,))}
-        if any(v is None for v in xs.values()):
-            return None
+        # only the entries the loss meets: the target, and with smoothing those of nonzero weight (a
+        # -inf among them makes the loss +inf, decided before); a -inf elsewhere is no Fraction
+        need = [t] + ([j for j in range(row.n) if self.wq[j] != 0] if self.eps > 0 else [])
+        xs = {}
+        for j in need:
+            xs[j] = row.xprime_exact(j) if math.isfinite(self.x[i][j]) else None
+            if xs[j] is None:
+                return None
         out = (1 - self.epsq) * self.wq[t] * (lse - xs[t]) + Fraction(self.z) * lse * lse
         if self.eps > 0:
-            out += self.sq * sum((self.wq[j] * (lse - xs[j]) for j in range(row.n)), Fraction(0))
+            out += self.sq * sum((self.wq[j] * (lse - xs[j]) for j in need[1:]), Fraction(0))
         return out
 
     def loss_split(self, i: int) -> tuple[Fraction, int] | None:

@@ -204,7 +204,12 @@ def attn_masks(draw, *, dtype, max_m=None, max_n=None, max_head_dim=None, max_bh
     else:
         i, j = np.arange(m)[:, None], np.arange(n)[None, :]
         slope = draw(st.sampled_from([0.0625, 0.5, 4.0]))
-        full = np.broadcast_to(-slope * np.abs(i - j), (m, n)).astype(np.float64)
+        # ALiBi, or a ramp rising along the keys: every row's running max then rises at every key
+        # block, so the rescale of the sums kept so far (in natural units under a float bias) runs
+        # on every row, not only where ALiBi's diagonal crosses a block (a mutant doubling its log2 e
+        # survived the ALiBi draws)
+        ramp = draw(st.booleans())
+        full = np.broadcast_to(slope * j if ramp else -slope * np.abs(i - j), (m, n)).astype(np.float64)
         mask = np.broadcast_to(full[tuple(slice(0, s) for s in shape[-2:])] if len(shape) >= 2
                                else full[0, :shape[-1]], shape).copy()
         # (the other rows keep their plain ALiBi biases)

@@ -1,6 +1,8 @@
 """Our kernels reject bad arguments with one clear line (issue 18.6): launch knobs, out= that
 overlaps itself or an input (also through a second storage object over the same memory), inputs
-that need a gradient, and tensors without plain dense data (sparse, quantized, meta).
+that need a gradient (softmax; attention is differentiable, but a mask that needs a gradient is
+rejected and its checks run before any launch), and tensors without plain dense data (sparse,
+quantized, meta).
 
 The family suites' bad-input tests hold for any kernel that declares validation; these cases are
 promises of our launchers only (an external kernel need not reject a requires_grad input)."""
@@ -127,8 +129,11 @@ def _qkv(**over: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 ATTENTION_CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
-    "q requires grad": (lambda: attention(**_qkv(q=_qkv()["q"].requires_grad_())), ValueError, "backward"),
-    "v requires grad": (lambda: attention(**_qkv(v=_qkv()["v"].requires_grad_())), ValueError, "backward"),
+    "q and mask require grad": (lambda: attention(**_qkv(q=_qkv()["q"].requires_grad_()),
+                                                  attn_mask=torch.zeros(4, 4, device=DEVICE, requires_grad=True)),
+                                ValueError, "no gradient"),
+    "v requires grad, block_m 8": (lambda: attention(**_qkv(v=_qkv()["v"].requires_grad_()), block_m=8),
+                                   ValueError, "block_m"),
     "k sparse": (lambda: attention(**_qkv(k=_qkv()["k"].cpu().to_sparse())), ValueError, "layout"),
     "q meta": (lambda: attention(**_qkv(q=torch.empty(1, 1, 4, 16, device="meta"))), ValueError, "meta"),
     "mask requires grad": (lambda: attention(**_qkv(), attn_mask=torch.zeros(4, 4, device=DEVICE, requires_grad=True)),
@@ -143,8 +148,9 @@ ATTENTION_CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
     "num_stages 0": (lambda: attention(**_qkv(), num_stages=0), ValueError, "num_stages"),
     "pack_gqa 'yes'": (lambda: attention(**_qkv(), pack_gqa="yes"), TypeError, "pack_gqa"),
     "varlen block_n 0": (lambda: _varlen(block_n=0), ValueError, "block_n"),
-    "varlen q requires grad": (lambda: _varlen(q=torch.randn(4, 1, 16, device=DEVICE, requires_grad=True)),
-                               ValueError, "backward"),
+    "varlen q requires grad, kv_lens": (lambda: _varlen(q=torch.randn(4, 1, 16, device=DEVICE, requires_grad=True),
+                                                        kv_lens=torch.tensor([2, 2], device=DEVICE)),
+                                        ValueError, "kv_lens"),
 }
 
 

@@ -230,6 +230,15 @@ def test_masked_rows_and_hidden_keys_are_exact_zeros() -> None:
     assert (dq[:, :, 1] == 0).all() and (dk[:, :, 4] == 0).all() and (dv[:, :, 4] == 0).all()
 
 
+def test_no_key_at_all() -> None:
+    """N = 0 (a varlen sequence without keys): dq a structural +0 whatever q and dO hold; dk, dv empty."""
+    q, k, v, do = _inputs(9, torch.float16, M=3, N=0)
+    do[0, 0, 1] = float("nan")
+    r = attention_backward_quantities(q, k, v, do)
+    assert (r.dq == 0).all() and not np.signbit(r.dq).any() and r.dq_special.all()
+    assert r.dk.shape == (2, 1, 0, 8) and r.dv.shape == (2, 1, 0, 5)
+
+
 def test_nan_semantics() -> None:
     q, k, v, do = _inputs(8, torch.float16, B=1, Hq=1, Hkv=1, M=5, N=5)
     q1 = q.clone()

@@ -395,3 +395,29 @@ def test_a_masked_column_beside_a_single_kept_entry() -> None:
     x = torch.tensor([[0.0, float("-inf")]])
     assert cross_entropy_oracle(x, torch.tensor([0]), FP32, reduction="none")[0] == 0.0
     assert cross_entropy_oracle(x, torch.tensor([1]), FP32, reduction="none")[0] == math.inf
+def test_a_target_alone_among_neg_inf_logits_has_loss_zero() -> None:
+    # Fraction(-inf) was taken of every entry, the target's alone matters without smoothing
+    x, t = torch.tensor([[0.0, -math.inf], [-math.inf, 3.0]]), torch.tensor([0, 1])
+    assert cross_entropy_oracle(x, t, "fp32", reduction="none").tolist() == [0.0, 0.0]
+    assert cross_entropy_oracle(x, t, "bf16", reduction="mean") == 0.0
+
+
+def test_log_softmax_below_an_exact_midpoint_is_decided() -> None:
+    # x_j - x_m exactly an fp32 midpoint, the other terms past exp(-1e16): Ziv's loop cannot see
+    # L > 0 at any precision; the value is strictly below the midpoint, so it rounds down
+    h = float.fromhex
+    row = [0, h("0x1.433bap+54"), -h("0x1.7942bp+55"), 0, -h("0x1.e94adcp+54"), 0, -h("0x1.c8633ep+55"), -0.0,
+           h("0x1.86330cp+54"), -1.5]
+    x = torch.tensor([row], dtype=torch.float32)
+    got = log_softmax_oracle(x, "fp32")[0]
+    from fractions import Fraction
+
+    from flashcheck.oracles.formats import FP32
+    from flashcheck.oracles.rounding import round_fraction
+
+    top = max(row)
+    # every other term is below exp(-1e16): log p_j is d_j less a positive amount far below 2^-200
+    want = [round_fraction(Fraction(v) - Fraction(top) - Fraction(1, 2**200), FP32) for v in row]
+    mids = [k for k, v in enumerate(row) if float(np.float32(v - top)) != v - top]
+    assert mids, "the row no longer has an entry whose d_j is not an fp32"
+    assert [float(g) for k, g in enumerate(got) if row[k] != top] == [w for k, w in enumerate(want) if row[k] != top]

@@ -62,7 +62,7 @@ def test_mutation_probes_reach_every_attention_feature() -> None:
     reaches made each of its mutants look equivalent (all of softcap's tanh mutants did)."""
     import torch
 
-    from flashcheck.kernels.registry import ATTENTION_FEATURES, CAUSAL_ALIGNS
+    from flashcheck.kernels.attention_spec import ATTENTION_FEATURES, CAUSAL_ALIGNS
     from flashcheck.mutation.probe import _attention_probe_inputs
 
     reached = set()

@@ -38,6 +38,7 @@ def _suite(*names: str) -> tuple[str, ...]:
 # The *_gpu.py files skip under the interpreter; on a GPU they are where narrow_int64 mutants die.
 SOFTMAX_TESTS = _suite("test_softmax.py", "test_softmax_metamorphic.py", "test_softmax_gpu.py", "test_regressions.py")
 ATTENTION_TESTS = _suite("test_attention.py", "test_attention_gpu.py", "test_regressions.py")
+ATTENTION_BACKWARD_TESTS = _suite("test_attention_backward.py", "test_regressions.py")
 # The interpreter's bf16 emulation (store_f32 and the loads' BF16_BITS branches, attention's P
 # rounding): a wrong tie or NaN stays inside every bound, so its own exactness test runs too.
 BF16_BITS_TESTS = ("tests/test_bf16_bits.py",)
@@ -53,6 +54,11 @@ ALL_TARGETS: tuple[Target, ...] = (
     Target("attention", "attention", {"_attn_fwd_kernel": ("attention",)}, ATTENTION_TESTS, BF16_BITS_TESTS),
     Target("attention_merge", "attention", {"_merge_splits_tile": ("attention",), "_arrive": ("attention",)},
            ATTENTION_TESTS),
+    # The backward's kernels run only under autograd: the backward suite and its kernel's own tests.
+    Target("attention_backward_kernels", "attention",
+           {"_attn_bwd_delta_kernel": ("attention",), "_attn_bwd_dkdv_kernel": ("attention",),
+            "_attn_bwd_dq_kernel": ("attention",)},
+           ATTENTION_BACKWARD_TESTS, ("tests/test_kernels_attention_backward.py",)),
     # The shared 16-bit I/O of kernels/_common.py: softmax's loads read -inf padding, attention's read
     # zeros. store_f32 serves both families; its mutants run the softmax suite.
     Target("_common", "softmax", {"load_f32": ("softmax_row", "softmax_online", "softmax_split"),

@@ -139,6 +139,17 @@ def _callable(v: Any) -> Callable:
     return v
 
 
+def _blocks(v: Any) -> Callable:
+    """A (block_m, block_n) pair, or a callable giving one per call, as a callable."""
+    if callable(v):
+        return v
+    items = v.split(",") if isinstance(v, str) else list(v)
+    if len(items) != 2:
+        raise ValueError(f"{v!r} is not (block_m, block_n)")
+    pair = tuple(_positive_int(int(i)) for i in items)
+    return lambda head_dim, head_dim_v, m, n, dtype, options: tuple(pair)
+
+
 class Capability(NamedTuple):
     """A key of an author's `flashcheck` dict: the spec field it sets (`extra.KEY`: kept in the spec's
     extra), how its value is read, and what it means. Which families take it is not listed: those
@@ -210,6 +221,15 @@ CAPABILITIES: dict[str, Capability] = {k: Capability(*v) for k, v in {
     "arithmetic": ("arithmetic", _choice("natural", "fused"),
                    "cross_entropy: natural (lse formed in fp32, the default) or fused (m - x_t exact, the exponent "
                    "from x - m, float64 rows: docs/NUMERICS.md 9.7): the bound's model"),
+    "autograd": ("autograd", _bool, "its output carries autograd: the backward is checked through it "
+                                    "(default: found out on the first call)"),
+    "backward_fn": ("backward_fn", _callable, "fn(q, k, v, o, lse, do, **options) -> (dq, dk, dv): a plain "
+                                              "backward, checked when the output carries no autograd"),
+    "deterministic_backward": ("deterministic_backward", _bool, "bit-identical dq, dk, dv run to run (checked)"),
+    "backward_blocks": ("backward_blocking", _blocks, "(block_m, block_n) of its backward, or a callable "
+                                                      "(head_dim, head_dim_v, m, n, dtype, options) -> (block_m, "
+                                                      "block_n): "
+                                                      "the backward bound's blocking (default: the worst case)"),
 }.items()}
 
 

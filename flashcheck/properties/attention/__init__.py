@@ -13,12 +13,16 @@ registered by role, in this order:
   against itself (which relations are bitwise and which within the bound is said there);
 - `inputs.py`: bad input rejected, `fit_to_declarations`, and what the engine asks a family (limits,
   declarations, the run's header);
+- `backward.py`: BACKWARD_PROPERTIES, dq, dk, dv of a kernel with a backward (autograd or a declared
+  `backward_fn`) against the backward oracle and against themselves;
 - `sdpa.py`: torch SDPA as the baseline.
 """
 from __future__ import annotations
 
 # Imported in registration order (the registry lists properties as they were registered).
 from flashcheck.properties.attention import core, metamorphic  # noqa: F401
+from flashcheck.properties.attention import backward  # noqa: F401,I001  (after the forward's)
+from flashcheck.properties.attention.backward import BACKWARD_PROPERTIES
 from flashcheck.properties.attention.inputs import (
     bad_variants, bad_varlen_variants, capability_notes, feature_hint, fit_to_declarations, limit_sizes, refusable,
     resource_declaration,
@@ -34,7 +38,7 @@ METAMORPHIC_PROPERTIES = ("deterministic", "configs_identical", "tunings_within_
                           "lse_agrees_with_weights")
 VARLEN_PROPERTIES = ("varlen_sequences_isolated",)
 
-__all__ = ["CORE_PROPERTIES", "METAMORPHIC_PROPERTIES", "VARLEN_PROPERTIES", "FAMILY", "ORACLE_KEYS", "Outcome",
+__all__ = ["BACKWARD_PROPERTIES", "CORE_PROPERTIES", "METAMORPHIC_PROPERTIES", "VARLEN_PROPERTIES", "FAMILY", "ORACLE_KEYS", "Outcome",
            "Specials", "bad_variants", "bad_varlen_variants", "blocking", "capability_notes", "describe", "feature_hint",
            "fit_to_declarations", "fp32_dot", "kernel_call", "limit_sizes", "outcome", "refusable",
            "resource_declaration", "specials", "visible"]
