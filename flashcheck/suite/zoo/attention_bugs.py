@@ -22,7 +22,7 @@ import torch
 from flashcheck import kernels  # noqa: F401  (the interpreter switch, before triton)
 from flashcheck.kernels import DEVICE
 from flashcheck.kernels._common import INTERPRET, LOG2E, bf16_as_bits, kernel_view, load_f32_zero, store_f32, tl, triton
-from flashcheck.kernels.attention import _check_cu, _check_inputs, _check_options, _check_qkv
+from flashcheck.kernels.attention_args import _check_cu, _check_inputs, _check_options, _check_qkv
 from flashcheck.oracles.attention import effective_scale
 from flashcheck.suite.zoo.kernel import ZooKernel
 
