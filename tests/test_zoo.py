@@ -74,6 +74,10 @@ def _attention_wrong(fn, kw: dict, caps: dict | None = None) -> bool:
     spec = KernelSpec(name="zoo", family="attention", fn=fn, **dict(getattr(fn, "flashcheck", None) or caps or {}))
     case = Case(tensors=tensors, kwargs=kw, label="trigger")
     names = pa.CORE_PROPERTIES + (pa.VARLEN_PROPERTIES if "cu_seqlens_q" in tensors else ())
+    return _any_property_fails(spec, case, names)
+
+
+def _any_property_fails(spec, case, names) -> bool:
     for name in names:
         try:
             PROPERTIES[("attention", name)](spec, case)
@@ -103,6 +107,22 @@ def _failing(fn, z: ZooKernel) -> set[str]:
         except AssertionError:
             failed.add(name)
     return failed
+
+
+def _attention_backward_wrong(fn, kw: dict, caps: dict) -> bool:
+    """Whether any backward property (contract, oracle bound, determinism, linearity in dO) fails
+    on the trigger (q, k, v, do and options), for `fn` declared with `caps` (capability keys)."""
+    from flashcheck.kernels.registry import KernelSpec
+    from flashcheck.properties.attention.backward import BACKWARD_PROPERTIES
+    from flashcheck.strategies.case import Case
+    from flashcheck.targets.external import apply_capabilities
+
+    kw = dict(kw)
+    tensors = {n: kw.pop(n) for n in ("q", "k", "v", "do", "kv_lens", "attn_mask") if n in kw}
+    kw.setdefault("causal", False)
+    kw.setdefault("scale", None)
+    spec = KernelSpec(**apply_capabilities(dict(name="zoo", family="attention", fn=fn), caps, "attention", "zoo"))
+    return _any_property_fails(spec, Case(tensors=tensors, kwargs=kw, label="trigger"), BACKWARD_PROPERTIES)
 
 
 def _trigger(z: ZooKernel) -> dict:
@@ -150,6 +170,8 @@ def test_trigger_shows_the_bug_and_only_the_bug(name: str) -> None:
         return
     if z.family == "softmax":
         wrong = _softmax_wrong
+    elif z.backward:
+        wrong = lambda fn, kw: _attention_backward_wrong(fn, kw, z.caps)  # noqa: E731
     else:
         wrong = lambda fn, kw: _attention_wrong(fn, kw, z.caps)  # noqa: E731
     assert wrong(z.broken, _trigger(z)), f"{name}: the broken kernel gets its own trigger right"

@@ -26,9 +26,10 @@ def zoo(family: str | None = None, *, runnable: bool = False) -> list[ZooKernel]
     interpreter (what the CPU kill matrix runs)."""
     from flashcheck.kernels import INTERPRET
 
-    from . import attention_bugs, softmax_bugs, training_bugs
+    from . import attention_backward_bugs, attention_bugs, softmax_bugs, training_bugs
 
-    out = list(softmax_bugs.ZOO.values()) + list(attention_bugs.ZOO.values()) + list(training_bugs.ZOO.values())
+    out = (list(softmax_bugs.ZOO.values()) + list(attention_bugs.ZOO.values())
+           + list(attention_backward_bugs.ZOO.values()) + list(training_bugs.ZOO.values()))
     return [z for z in out if (family is None or z.family == family)
             and not (runnable and INTERPRET and z.gpu_only)]
 

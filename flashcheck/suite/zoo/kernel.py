@@ -24,3 +24,5 @@ class ZooKernel:
     # Tests (node-id prefixes) written to catch a GPU-only entry, run alone before the whole suite
     # where the tracked (CPU) kill matrix records no catching test.
     targets: tuple[str, ...] = ()
+    module: str = ""  # the zoo module (flashcheck/suite/zoo/MODULE.py); empty: <family>_bugs
+    backward: bool = False  # the forward is correct, the backward is not (its trigger carries "do")
