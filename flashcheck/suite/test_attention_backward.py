@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
 
 from flashcheck.kernels import INTERPRET
 from flashcheck.kernels.registry import KernelSpec
+from flashcheck.plugin.profiles import share_of_examples
 from flashcheck.properties.attention import fit_to_declarations
 from flashcheck.properties.attention.backward import BACKWARD_PROPERTIES
 from flashcheck.properties.fit import fitted
@@ -32,13 +33,7 @@ SELF_LIMITS = dict(max_m=24, max_n=24, max_head_dim=16) if INTERPRET else {}
 # Under the interpreter a backward costs three kernels' emulation and a forward's: a quarter of the
 # profile's examples per test (ci: 3 of 12, over 16 classes and 3 dtypes), which kept this file
 # 54 s on one shared CPU core (198 s at 12); a GPU runs the profile's examples in full.
-CPU_SHARE = 4
-
-
-def _examples(test):
-    if not INTERPRET:
-        return test
-    return settings(max_examples=max(2, settings.default.max_examples // CPU_SHARE))(test)
+_examples = share_of_examples(1 / 4) if INTERPRET else (lambda test: test)
 
 
 def _fit(spec: KernelSpec, case: Case) -> Case:

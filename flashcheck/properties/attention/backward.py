@@ -23,7 +23,7 @@ from flashcheck.oracles.attention_backward_bound import attention_backward_bound
 from flashcheck.oracles.formats import Format, format_of, same_bits, to_float64
 from flashcheck.strategies.attention import case_inputs, is_varlen, varlen_inputs, varlen_sequences
 from flashcheck.strategies.case import Case
-from flashcheck.properties.attention.outcome import FAMILY, ORACLE_KEYS, blocking
+from flashcheck.properties.attention.outcome import FAMILY, ORACLE_KEYS, _split, blocking
 
 NAMES = ("dq", "dk", "dv")
 #: What a case's dO is called among its tensors (strategies/attention_backward.py).
@@ -84,9 +84,7 @@ class Gradients:
 def _forward(fn, args, kw: dict, want_lse: bool):
     res = fn(*args, **kw, **({"return_lse": True} if want_lse else {}))
     if want_lse:
-        if not isinstance(res, (tuple, list)) or len(res) != 2:
-            raise AssertionError(f"return_lse=True must give (out, lse), got {type(res).__name__}")
-        return res[0], res[1]
+        return _split(res, True)
     return (res[0] if isinstance(res, (tuple, list)) else res), None
 
 
