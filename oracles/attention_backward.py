@@ -252,29 +252,26 @@ class _ExactGroup:
             return None
         return self.sc_fr * sum((info["dS"][j] * kcol[j] for j in info["keys"] if kcol[j] != 0), Fraction(0))
 
-    def exact_dk(self, j: int, d: int) -> Fraction | None:
+    def _exact_column(self, j: int, factors: np.ndarray, weight: str) -> Fraction | None:
+        """sum_i w_ij factors_i over the rows that see key j, w = the rows' exact `weight` ("dS" or
+        "P"); None when one that a nonzero factor meets is not rational."""
         total = Fraction(0)
         for i in np.nonzero(self.vis[:, j])[0]:
-            qv = float(self.Q[i, d])
-            if qv == 0.0:
+            f = float(factors[i])
+            if f == 0.0:
                 continue
-            ds = self.row(int(i))["dS"][j]
-            if ds is None:
+            w = self.row(int(i))[weight][j]
+            if w is None:
                 return None
-            total += ds * Fraction(qv)
-        return self.sc_fr * total
+            total += w * Fraction(f)
+        return total
+
+    def exact_dk(self, j: int, d: int) -> Fraction | None:
+        total = self._exact_column(j, self.Q[:, d], "dS")
+        return None if total is None else self.sc_fr * total
 
     def exact_dv(self, j: int, d: int) -> Fraction | None:
-        total = Fraction(0)
-        for i in np.nonzero(self.vis[:, j])[0]:
-            ov = float(self.dO[i, d])
-            if ov == 0.0:
-                continue
-            pij = self.row(int(i))["P"][j]
-            if pij is None:
-                return None
-            total += pij * Fraction(ov)
-        return total
+        return self._exact_column(j, self.dO[:, d], "P")
 
     def balls(self, i: int, wp: int) -> dict:
         """Row i at working precision wp: {j: (P_ij, dS_ij)} as balls."""
